@@ -1,0 +1,48 @@
+"""Held-out benchmarks: items drawn from a source with held-out seeds, graded by the source's verifier."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evaluators.sources import Item, SourceSpec, Task, derive_seed, make_task, normalize
+
+
+@dataclass
+class BenchmarkResult:
+    name: str
+    score: float
+    """The benchmark metric (accuracy: fraction of items the verifier scores 1.0)."""
+    mean_reward: float
+    n: int
+    examples: list[tuple[str, str, str]]
+    """A few (question, expected, got) triples, for the report."""
+
+
+@dataclass
+class Benchmark:
+    name: str
+    task: Task
+    items: list[Item]
+    metric: str = "accuracy"
+
+    @classmethod
+    def build(cls, name: str, spec: SourceSpec, size: int, project_seed: int, domain: str,
+              metric: str = "accuracy") -> Benchmark:
+        """Draw `size` items with a held-out seed (never used by a training source)."""
+        seed = derive_seed(project_seed, "heldout", domain, name)
+        task = make_task(spec, seed)
+        return cls(name, task, task.items(size), metric)
+
+    def questions(self) -> set[str]:
+        """Normalized questions, for keeping them out of every training stream."""
+        return {normalize(it.question) for it in self.items}
+
+    def grade(self, completions: Sequence[str]) -> BenchmarkResult:
+        if len(completions) != len(self.items):
+            raise ValueError(f"{self.name}: got {len(completions)} completions for {len(self.items)} items")
+        rewards = [self.task.score(it, c) for it, c in zip(self.items, completions)]
+        correct = [r >= 1.0 for r in rewards]
+        ex = [(it.question, it.answer, c) for it, c in zip(self.items[:5], completions[:5])]
+        n = len(rewards)
+        return BenchmarkResult(self.name, sum(correct) / n, sum(rewards) / n, n, ex)

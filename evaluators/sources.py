@@ -1,0 +1,206 @@
+"""Data sources with their verifiers: reasoning-gym generators and local JSONL question/answer files.
+
+A `Task` yields `Item`s by index and scores a completion with `Task.score` — the single definition
+of "correct": the trainer's reward and the benchmark's accuracy both call it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+STREAM_SIZE = 1_000_000  # items addressable per source; seeds are spaced further apart than this
+_TRAIN_SEED_BASE = 0
+_HELDOUT_SEED_BASE = 1_000_000_000  # every held-out seed lies above every training seed
+
+
+class SourceSpecError(ValueError):
+    """A source or benchmark entry that cannot be built; `field` names the offending key."""
+
+    def __init__(self, msg: str, field: str | None = None) -> None:
+        super().__init__(msg)
+        self.field = field
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """What a source is: its kind (`reasoning_gym`, `jsonl`, `textworld`), target and config."""
+
+    kind: str
+    target: str
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        cfg = json.dumps(self.config, sort_keys=True, default=str)
+        return f"{self.kind}:{self.target}:{cfg}"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One problem: the question shown to the model and what the verifier needs to grade it."""
+
+    question: str
+    answer: str
+    source: str
+    entry: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+def derive_seed(project_seed: int, role: str, *keys: object) -> int:
+    """A seed for one source stream; `role="heldout"` seeds never meet `role="train"` seeds.
+
+    reasoning-gym seeds item i with `seed + i`, so streams are placed STREAM_SIZE apart and the
+    held-out range starts above the whole training range.
+    """
+    if role not in ("train", "heldout"):
+        raise ValueError(f"role must be 'train' or 'heldout', got {role!r}")
+    digest = hashlib.sha256(repr((project_seed, role, keys)).encode()).digest()
+    slot = int.from_bytes(digest[:4], "little") % 900
+    base = _TRAIN_SEED_BASE if role == "train" else _HELDOUT_SEED_BASE
+    return base + slot * STREAM_SIZE
+
+
+def extract_answer(completion: str) -> str:
+    """The model's final answer: the first line of the completion, stripped."""
+    return completion.strip().split("\n", 1)[0].strip()
+
+
+def normalize(text: str) -> str:
+    return re.sub(r"\s+", " ", str(text).strip().lower())
+
+
+class Task:
+    """A stream of items with a verifier."""
+
+    spec: SourceSpec
+
+    def item(self, idx: int) -> Item:
+        raise NotImplementedError
+
+    def score(self, item: Item, completion: str) -> float:
+        """Reward in [0, 1]; 1.0 means correct."""
+        raise NotImplementedError
+
+    def items(self, n: int, start: int = 0) -> list[Item]:
+        return [self.item(start + i) for i in range(n)]
+
+
+class ReasoningGymTask(Task):
+    """A reasoning-gym generator; its own `score_answer` is the verifier."""
+
+    def __init__(self, spec: SourceSpec, seed: int) -> None:
+        import reasoning_gym
+
+        self.spec = spec
+        self.seed = seed
+        self.dataset = reasoning_gym.create_dataset(spec.target, seed=seed, size=STREAM_SIZE, **spec.config)
+
+    def item(self, idx: int) -> Item:
+        entry = self.dataset[idx % STREAM_SIZE]
+        return Item(str(entry["question"]), str(entry["answer"]), self.spec.key, entry)
+
+    def score(self, item: Item, completion: str) -> float:
+        return float(self.dataset.score_answer(extract_answer(completion), item.entry) or 0.0)
+
+
+class JsonlTask(Task):
+    """A local JSONL file of `question`/`answer` rows (read through `datasets`), in a seeded order."""
+
+    def __init__(self, spec: SourceSpec, seed: int) -> None:
+        import datasets
+
+        self.spec = spec
+        self.rows = datasets.load_dataset("json", data_files=spec.target, split="train")
+        self.order = list(range(len(self.rows)))
+        random.Random(seed).shuffle(self.order)
+
+    def item(self, idx: int) -> Item:
+        row = self.rows[self.order[idx % len(self.order)]]
+        return Item(str(row["question"]), str(row["answer"]), self.spec.key, dict(row))
+
+    def score(self, item: Item, completion: str) -> float:
+        got, want = normalize(extract_answer(completion)), normalize(item.answer)
+        if got == want:
+            return 1.0
+        try:
+            return float(abs(float(got) - float(want)) < 1e-6)
+        except ValueError:
+            return 0.0
+
+
+def make_task(spec: SourceSpec, seed: int) -> Task:
+    if spec.kind == "reasoning_gym":
+        return ReasoningGymTask(spec, seed)
+    if spec.kind == "jsonl":
+        return JsonlTask(spec, seed)
+    raise SourceSpecError(
+        f"{spec.kind} sources are not available in this version; use reasoning_gym or jsonl", spec.kind
+    )
+
+
+class _RGCatalog:
+    @cached_property
+    def datasets(self) -> dict[str, tuple[type, type]]:
+        from reasoning_gym.factory import DATASETS
+
+        return dict(DATASETS)
+
+
+_RG = _RGCatalog()
+
+
+def _check_reasoning_gym(spec: SourceSpec) -> None:
+    if spec.target not in _RG.datasets:
+        hint = difflib.get_close_matches(spec.target, list(_RG.datasets), n=1)
+        fix = f"did you mean {hint[0]!r}?" if hint else "see reasoning_gym.factory.DATASETS for the names"
+        raise SourceSpecError(f"unknown reasoning-gym generator {spec.target!r}; {fix}", "reasoning_gym")
+    config_cls = _RG.datasets[spec.target][1]
+    fields = [f.name for f in dataclasses.fields(config_cls) if f.name not in ("seed", "size")]
+    for key in spec.config:
+        if key in ("seed", "size"):
+            raise SourceSpecError(f"{key!r} is set by SRO (held-out seeds stay disjoint); remove it", f"config.{key}")
+        if key not in fields:
+            raise SourceSpecError(
+                f"{spec.target} has no config field {key!r}; its fields: {', '.join(fields)}", f"config.{key}"
+            )
+    try:
+        make_task(spec, seed=0).item(0)
+    except Exception as e:  # the generator's own validation (e.g. min_terms > max_terms)
+        raise SourceSpecError(f"{spec.target} rejects this config: {e}", "config") from None
+
+
+def _check_jsonl(spec: SourceSpec) -> None:
+    path = Path(spec.target)
+    if not path.is_file():
+        raise SourceSpecError(f"no such file {spec.target!r}; paths are relative to the project YAML", "jsonl")
+    with path.open() as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SourceSpecError(f"{path.name} line {lineno} is not JSON ({e.msg})", "jsonl") from None
+            missing = {"question", "answer"} - set(row if isinstance(row, dict) else {})
+            if missing:
+                raise SourceSpecError(f"{path.name} line {lineno} lacks {sorted(missing)}", "jsonl")
+            return
+    raise SourceSpecError(f"{path.name} is empty", "jsonl")
+
+
+def check_source_spec(spec: SourceSpec) -> None:
+    """Raise `SourceSpecError` if `spec` cannot produce items."""
+    if spec.kind == "reasoning_gym":
+        _check_reasoning_gym(spec)
+    elif spec.kind == "jsonl":
+        _check_jsonl(spec)
+    else:
+        make_task(spec, seed=0)

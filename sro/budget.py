@@ -1,0 +1,104 @@
+"""Search budgets: parse `90m`, `2h`, `12trials`, `8gpu-h`, `5Mtok`, and account for what trials spend.
+
+A budget is the total for a study, not for one invocation: a resumed search continues until the
+study as a whole has spent it. Several limits can be combined with commas (`2h,20trials`); the
+search stops at the first one reached.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_UNITS = {
+    "s": ("wall_s", 1.0),
+    "sec": ("wall_s", 1.0),
+    "m": ("wall_s", 60.0),
+    "min": ("wall_s", 60.0),
+    "h": ("wall_s", 3600.0),
+    "trial": ("trials", 1.0),
+    "trials": ("trials", 1.0),
+    "gpu-h": ("gpu_h", 1.0),
+    "gpuh": ("gpu_h", 1.0),
+    "tok": ("tokens", 1.0),
+    "ktok": ("tokens", 1e3),
+    "mtok": ("tokens", 1e6),
+    "gtok": ("tokens", 1e9),
+}
+_TERM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z-]+)\s*$")
+HELP = "use e.g. 90s, 10m, 2h, 6trials, 8gpu-h or 5Mtok (combine with commas: 2h,20trials)"
+
+
+class BudgetError(ValueError):
+    """A budget string that cannot be parsed."""
+
+
+@dataclass(frozen=True)
+class Spent:
+    """What a study has used so far."""
+
+    wall_s: float = 0.0
+    trials: int = 0
+    gpu_h: float = 0.0
+    tokens: float = 0.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits on a study; `None` means that resource is unlimited."""
+
+    wall_s: float | None = None
+    trials: int | None = None
+    gpu_h: float | None = None
+    tokens: float | None = None
+    text: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Budget:
+        limits: dict[str, float] = {}
+        terms = [t for t in str(text).split(",") if t.strip()]
+        if not terms:
+            raise BudgetError(f"empty budget; {HELP}")
+        for term in terms:
+            m = _TERM.match(term)
+            unit = m.group(2).lower() if m else ""
+            if not m or unit not in _UNITS:
+                raise BudgetError(f"cannot parse budget {term.strip()!r}; {HELP}")
+            field, scale = _UNITS[unit]
+            value = float(m.group(1)) * scale
+            if value <= 0:
+                raise BudgetError(f"budget {term.strip()!r} must be positive; {HELP}")
+            if field in limits:
+                raise BudgetError(f"budget {text!r} sets {field} twice; {HELP}")
+            limits[field] = value
+        if "trials" in limits:
+            limits["trials"] = int(limits["trials"])
+        return cls(**limits, text=str(text))  # type: ignore[arg-type]
+
+    def exhausted(self, spent: Spent) -> str | None:
+        """The reason the budget is used up, or None if there is room for another trial."""
+        if self.trials is not None and spent.trials >= self.trials:
+            return f"{spent.trials}/{self.trials} trials done"
+        if self.wall_s is not None and spent.wall_s >= self.wall_s:
+            return f"{spent.wall_s:.0f}s of {self.wall_s:.0f}s wall time spent"
+        if self.gpu_h is not None and spent.gpu_h >= self.gpu_h:
+            return f"{spent.gpu_h:.2f} of {self.gpu_h:.2f} GPU-hours spent"
+        if self.tokens is not None and spent.tokens >= self.tokens:
+            return f"{spent.tokens:.0f} of {self.tokens:.0f} training tokens spent"
+        return None
+
+    def remaining_wall_s(self, spent: Spent) -> float | None:
+        return None if self.wall_s is None else max(0.0, self.wall_s - spent.wall_s)
+
+    def fraction_used(self, spent: Spent) -> float:
+        """The largest fraction of any limit already spent (for the progress bar)."""
+        pairs = [
+            (spent.trials, self.trials),
+            (spent.wall_s, self.wall_s),
+            (spent.gpu_h, self.gpu_h),
+            (spent.tokens, self.tokens),
+        ]
+        return max([min(1.0, s / lim) for s, lim in pairs if lim], default=0.0)
+
+    def __str__(self) -> str:
+        return self.text

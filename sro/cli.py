@@ -1,0 +1,179 @@
+"""The `sro` command line: search, report, show, export, train.
+
+Every user error (bad YAML, unknown generator, bad budget, missing run folder) prints one line
+`error: ...` and exits 2 — no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="SRO: search post-training recipes for language models.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _user_errors():
+    from sro.budget import BudgetError
+    from sro.config import ConfigError
+    from sro.space import SpaceError
+    from evaluators.registry import UnknownNameError
+    from trainers.models import ModelLoadError
+
+    return (ConfigError, BudgetError, SpaceError, UnknownNameError, ModelLoadError, FileNotFoundError)
+
+
+@app.command()
+def search(
+    project: Annotated[Path, typer.Argument(help="project YAML (see search_spaces/quickstart.yaml)")],
+    budget: Annotated[Optional[str], typer.Option(help="total for the study: 10m, 2h, 6trials, 8gpu-h, 5Mtok; "
+                                                     "default: the project's `budget`")] = None,
+    optimizer: Annotated[str, typer.Option(help="proposer of recipes: random (Sobol)")] = "random",
+    runs: Annotated[Path, typer.Option(help="folder holding runs/<name>/")] = Path("runs"),
+) -> None:
+    """Search recipes for PROJECT until the budget is spent; rerun to resume (finished trials are kept)."""
+    from sro.budget import Budget
+    from sro.config import load_project
+    from sro.proposers import PROPOSERS
+    from sro.search import run_search
+
+    try:
+        proj = load_project(project)
+        b = Budget.parse(budget or proj.budget)
+        PROPOSERS.get(optimizer)
+        summary = run_search(proj, b, runs, optimizer, console)
+    except _user_errors() as e:
+        _fail(str(e))
+        return
+    _show_table(summary.run_dir)
+    base = summary.base_scores
+    winners = [r for r in summary.trials if r.state == "complete" and base
+               and all(r.scores.get(k, -1) > v for k, v in base.items())]
+    console.print(f"{len(winners)} trial(s) beat the base model on every held-out benchmark"
+                  + (f": {', '.join(str(r.number) for r in winners)}" if winners else ""))
+    if summary.report:
+        console.print(f"report: {summary.report}")
+
+
+@app.command()
+def report(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None:
+    """Write RUN_DIR/report.html: Pareto front, learning curves, trial table (opens offline)."""
+    from sro.report import write_report
+
+    try:
+        out = write_report(run_dir)
+    except _user_errors() as e:
+        _fail(str(e))
+        return
+    console.print(f"report: {out}")
+
+
+def _show_table(run_dir: Path) -> None:
+    from sro.report import _load
+
+    data, records, info = _load(run_dir)
+    base = info["base_scores"]
+    keys = [k for o in data["objectives"] for k in o if k != "cost"]
+    t = Table(title=f"{data['name']}: {len(records)} trials")
+    for h in ["trial", "state", *keys, "cost s"]:
+        t.add_column(h, justify="right")
+    if base:
+        t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys], "", style="bold red")
+    for r in records:
+        beats = r.state == "complete" and base and all(r.scores.get(k, -1) > base[k] for k in keys)
+        t.add_row(str(r.number), r.state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
+                  f"{r.cost.get('wall_s', 0):.0f}", style="green" if beats else None)
+    console.print(t)
+
+
+@app.command()
+def show(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None:
+    """Print RUN_DIR's trials as a table (green: beats the base model on every benchmark)."""
+    try:
+        _show_table(run_dir)
+    except _user_errors() as e:
+        _fail(str(e))
+
+
+@app.command()
+def export(
+    run_dir: Annotated[Path, typer.Argument(help="runs/<name>")],
+    trial: Annotated[int, typer.Option(help="trial number")],
+    out: Annotated[Optional[Path], typer.Option(help="where to write (default: stdout)")] = None,
+) -> None:
+    """Write one trial's recipe as a standalone YAML that `sro train` accepts."""
+    from sro.report import _load
+
+    try:
+        data, records, _ = _load(run_dir)
+    except _user_errors() as e:
+        _fail(str(e))
+        return
+    match = [r for r in records if r.number == trial]
+    if not match:
+        _fail(f"{run_dir} has no trial {trial}; trials: {', '.join(str(r.number) for r in records) or 'none'}")
+    r = match[0]
+    doc = {"project": data, "recipe": r.recipe.to_dict(), "scores": r.scores, "trial": r.number}
+    text = yaml.safe_dump(doc, sort_keys=False)
+    if out:
+        out.write_text(text)
+        console.print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+
+
+@app.command()
+def train(
+    recipe: Annotated[Path, typer.Argument(help="a recipe YAML written by `sro export`")],
+    runs: Annotated[Path, typer.Option(help="folder for the model cache")] = Path("runs"),
+) -> None:
+    """Run one recipe outside a search and print its held-out scores next to the base model's."""
+    from pydantic import ValidationError
+
+    from sro.config import ConfigError, ProjectConfig
+    from sro.executor import SearchContext, TrialFailed, run_trial
+    from sro.recipe import Recipe
+
+    try:
+        doc = yaml.safe_load(recipe.read_text()) if recipe.is_file() else None
+        if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
+            raise ConfigError(f"{recipe}: not a recipe file; write one with `sro export RUN --trial N`")
+        try:
+            proj = ProjectConfig.model_validate(doc["project"])
+        except ValidationError as e:
+            raise ConfigError(f"{recipe}: project: {e.errors()[0]['msg']}") from None
+        rec = Recipe.from_dict(doc["recipe"])
+        ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
+        base = ctx.score_base()
+        out = run_trial(rec, ctx, on_step=lambda s, m: console.print(
+            f"step {s}: reward {m['reward']:.3f}", highlight=False) if s % 5 == 0 else None)
+    except (*_user_errors(), TrialFailed) as e:
+        _fail(str(e))
+        return
+    t = Table(title=f"recipe {rec.key}")
+    for h in ("benchmark", "base", "trained"):
+        t.add_column(h, justify="right")
+    for k, v in out.scores.items():
+        t.add_row(k, f"{base[k]:.3f}", f"{v:.3f}")
+    console.print(t)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,226 @@
+"""The project YAML (see DESIGN.md): pydantic models and a loader whose errors name file, key path and fix.
+
+Every error a user can make in the file becomes one `ConfigError` line such as
+`quickstart.yaml: domains.arithmetic.sources[0].reasoning_gym: unknown generator 'basic_arithmetc';
+did you mean 'basic_arithmetic'?` — the CLI prints it and exits 2.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec
+from sro.budget import Budget, BudgetError
+
+
+class ConfigError(ValueError):
+    """A problem in a project file, phrased as `file: key.path: what is wrong; how to fix it`."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SourceConfig(_Strict):
+    """One training data source: exactly one of `reasoning_gym`, `jsonl` or `textworld`."""
+
+    reasoning_gym: str | None = Field(None, description="reasoning-gym generator name")
+    jsonl: str | None = Field(None, description="local JSONL file with `question` and `answer` fields")
+    textworld: str | None = Field(None, description="TextWorld game family (coin_collector, ...)")
+    config: dict[str, Any] = Field(default_factory=dict, description="generator configuration")
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> SourceConfig:
+        kinds = [k for k in ("reasoning_gym", "jsonl", "textworld") if getattr(self, k) is not None]
+        if len(kinds) != 1:
+            got = ", ".join(kinds) or "none"
+            raise ValueError(
+                f"a source needs exactly one of reasoning_gym, jsonl, textworld (got {got}); "
+                "write e.g. `- reasoning_gym: basic_arithmetic`"
+            )
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("reasoning_gym", "jsonl", "textworld") if getattr(self, k) is not None)
+
+    @property
+    def target(self) -> str:
+        return str(getattr(self, self.kind))
+
+    def spec(self, base_dir: Path | None = None) -> SourceSpec:
+        target = self.target
+        if self.kind == "jsonl" and base_dir is not None and not os.path.isabs(target):
+            target = str((base_dir / target).resolve())
+        return SourceSpec(kind=self.kind, target=target, config=dict(self.config))
+
+
+class BenchmarkConfig(SourceConfig):
+    """A held-out benchmark: a source plus a name, a size and a metric. Never trained on."""
+
+    name: str = Field(description="benchmark name, unique within its domain")
+    size: int = Field(100, gt=0, description="number of held-out items")
+    metric: Literal["accuracy"] = Field("accuracy", description="what the score means")
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+            raise ValueError(f"benchmark name {v!r} may only use letters, digits, _ . -")
+        return v
+
+
+class DomainConfig(_Strict):
+    description: str = Field("", description="free text, read by the designer")
+    sources: list[SourceConfig] = Field(min_length=1, description="what recipes may train on")
+    benchmarks: list[BenchmarkConfig] = Field(min_length=1, description="held-out evaluation")
+
+    @model_validator(mode="after")
+    def _unique_benchmarks(self) -> DomainConfig:
+        names = [b.name for b in self.benchmarks]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"benchmark names must be unique in a domain; repeated: {sorted(dup)}")
+        return self
+
+
+class DesignerConfig(_Strict):
+    kind: Literal["rules", "llm"] = "rules"
+    base_url: str | None = None
+    model: str | None = None
+    api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
+
+
+class RuntimeConfig(_Strict):
+    """Fixed settings of every trial (not searched)."""
+
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    max_new_tokens: int = Field(8, gt=0, description="completion length for rollouts and evaluation")
+    eval_batch_size: int = Field(64, gt=0)
+    threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
+    tiny_pretrain_steps: int = Field(1000, ge=0, description="pre-training steps of the embedded `tiny` model")
+
+
+class ProjectConfig(_Strict):
+    name: str = Field(description="runs/<name>/ holds everything the search writes")
+    base_model: str = Field("tiny", description='"tiny" (embedded), an HF model id, or a local path')
+    seed: int = 0
+    domains: dict[str, DomainConfig] = Field(min_length=1)
+    objectives: list[dict[str, Literal["max", "min"]]] = Field(default_factory=list)
+    budget: str = Field("20m", description="default for `sro search`; --budget overrides")
+    storage: str | None = Field(None, description="SQLAlchemy URL; default sqlite in runs/<name>/")
+    designer: DesignerConfig = Field(default_factory=DesignerConfig)
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+
+    @field_validator("name")
+    @classmethod
+    def _name_ok(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
+            raise ValueError(f"name {v!r} must be a folder name (letters, digits, _ . -)")
+        return v
+
+    @field_validator("budget")
+    @classmethod
+    def _budget_ok(cls, v: str) -> str:
+        try:
+            Budget.parse(v)
+        except BudgetError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @model_validator(mode="after")
+    def _objectives_ok(self) -> ProjectConfig:
+        if not self.objectives:
+            self.objectives = [{key: "max"} for key in self.benchmark_keys()] + [{"cost": "min"}]
+        known = set(self.benchmark_keys()) | {"cost"}
+        for i, obj in enumerate(self.objectives):
+            if len(obj) != 1:
+                raise ValueError(f"objectives[{i}] must be one `key: max|min` pair, got {obj}")
+            (key,) = obj
+            if key not in known:
+                hint = difflib.get_close_matches(key, sorted(known), n=1)
+                fix = f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(sorted(known))}"
+                raise ValueError(f"objectives[{i}] names {key!r}, which is not a benchmark; {fix}")
+        return self
+
+    def benchmark_keys(self) -> list[str]:
+        """`domain/benchmark` for every benchmark, in file order."""
+        return [f"{d}/{b.name}" for d, dom in self.domains.items() for b in dom.benchmarks]
+
+    @property
+    def base_dir(self) -> Path:
+        """Folder of the project YAML; relative data paths resolve against it."""
+        return self._base_dir
+
+    def objective_directions(self) -> list[tuple[str, str]]:
+        return [next(iter(o.items())) for o in self.objectives]
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _explain(err: dict[str, Any]) -> str:
+    kind, msg = err["type"], err["msg"]
+    if kind == "extra_forbidden":
+        return "unknown key; remove it or check its spelling (see README, 'The project YAML')"
+    if kind == "missing":
+        return "required key is missing; add it"
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, ") :]
+    return f"{msg} (got {err.get('input')!r})" if kind.endswith(("_type", "_parsing")) else msg
+
+
+def _check_sources(project: ProjectConfig, base_dir: Path) -> None:
+    for dname, dom in project.domains.items():
+        groups: list[tuple[str, list[SourceConfig]]] = [("sources", dom.sources)]
+        groups.append(("benchmarks", list(dom.benchmarks)))
+        for group, items in groups:
+            for i, src in enumerate(items):
+                try:
+                    check_source_spec(src.spec(base_dir))
+                except SourceSpecError as e:
+                    field = e.field or src.kind
+                    raise ConfigError(f"domains.{dname}.{group}[{i}].{field}: {e}") from None
+
+
+def load_project(path: str | os.PathLike[str]) -> ProjectConfig:
+    """Read and validate a project YAML; raise `ConfigError` with file, key path and fix."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such file; pass the path of a project YAML")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{path}: {where}malformed YAML ({problem}); fix the syntax there") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping with name, domains, ...")
+    try:
+        project = ProjectConfig.model_validate(data)
+    except ValidationError as e:
+        err = e.errors()[0]
+        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
+        raise ConfigError(f"{path}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
+    try:
+        _check_sources(project, path.parent)
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    project._base_dir = path.parent.resolve()
+    return project

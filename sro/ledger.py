@@ -1,0 +1,160 @@
+"""The study ledger: every trial of a search in an Optuna study (SQLite in `runs/<name>/study.db` by
+default, any SQLAlchemy URL otherwise), so a crash or a kill never loses a finished trial.
+
+Each trial keeps its recipe (user attr `recipe`), per-objective values, the learning curve, the cost
+and, on failure, the reason. Trials left RUNNING by a process that died are marked FAIL
+(`interrupted`) on the next open, and their recipes are run again first.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.trial import TrialState
+
+from sro.budget import Spent
+from sro.config import ProjectConfig
+from sro.recipe import Recipe
+from sro.space import RecipeSpace
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+@dataclass
+class TrialRecord:
+    """A trial as the report and the proposers see it."""
+
+    number: int
+    state: str  # complete | failed | interrupted | running
+    recipe: Recipe
+    scores: dict[str, float] = field(default_factory=dict)
+    cost: dict[str, float] = field(default_factory=dict)
+    curve: list[dict[str, float]] = field(default_factory=list)
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("complete", "failed")
+
+
+def distributions(space: RecipeSpace, values: dict[str, Any]) -> dict[str, BaseDistribution]:
+    """Optuna distributions of the parameters active in `values` (for the study's param columns)."""
+    out: dict[str, BaseDistribution] = {}
+    for p in space.params:
+        if p.name not in values:
+            continue
+        if p.kind == "float":
+            out[p.name] = FloatDistribution(float(p.low), float(p.high), log=p.log)  # type: ignore[arg-type]
+        elif p.kind == "int":
+            out[p.name] = IntDistribution(int(p.low), int(p.high), log=p.log)  # type: ignore[arg-type]
+        else:
+            out[p.name] = CategoricalDistribution(list(p.choices or []))
+    for s in space.simplexes:
+        for m in s.members:
+            out[m] = FloatDistribution(0.0, 1.0)
+    return out
+
+
+class Ledger:
+    def __init__(self, project: ProjectConfig, run_dir: str | Path) -> None:
+        self.project = project
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        url = project.storage or f"sqlite:///{self.run_dir / 'study.db'}"
+        self.storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+        self.objectives = project.objective_directions()
+        directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
+        self.study = optuna.create_study(study_name=project.name, storage=self.storage,
+                                         directions=directions, load_if_exists=True)
+        if list(self.study.directions) != [optuna.study.StudyDirection[d.upper()] for d in directions]:
+            raise ValueError(f"{url}: study {project.name!r} has other objectives; use a new project name")
+        self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
+        self._recover_orphans()
+
+    # --- study-level facts --------------------------------------------------------------------
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.study.user_attrs.get(key, default)
+
+    def put(self, key: str, value: Any) -> None:
+        self.study.set_user_attr(key, value)
+
+    # --- trials -------------------------------------------------------------------------------
+    def _recover_orphans(self) -> None:
+        host = socket.gethostname()
+        optuna.storages.fail_stale_trials(self.study)
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
+            if thost == host and pid is not None and not _alive(int(pid)):
+                self.storage.set_trial_user_attr(t._trial_id, "message", "interrupted: its process died")
+                self.storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+                self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+    def start(self, recipe: Recipe, space: RecipeSpace) -> optuna.Trial:
+        self.study.enqueue_trial(recipe.values, user_attrs={"recipe": recipe.to_dict(), "key": recipe.key})
+        trial = self.study.ask(distributions(space, recipe.values))
+        trial.set_user_attr("pid", os.getpid())
+        trial.set_user_attr("host", socket.gethostname())
+        trial.set_user_attr("space_version", space.version)
+        trial.set_user_attr("started", time.time())
+        return trial
+
+    def progress(self, trial: optuna.Trial, curve: list[dict[str, float]]) -> None:
+        trial.set_user_attr("curve", curve)
+
+    def finish(self, trial: optuna.Trial, scores: dict[str, float], cost: dict[str, float],
+               curve: list[dict[str, float]]) -> None:
+        trial.set_user_attr("scores", scores)
+        trial.set_user_attr("cost", cost)
+        trial.set_user_attr("curve", curve)
+        values = [float(cost["wall_s"]) if k == "cost" else float(scores[k]) for k, _ in self.objectives]
+        self.study.tell(trial, values)
+
+    def fail(self, trial: optuna.Trial, message: str, cost: dict[str, float],
+             curve: list[dict[str, float]]) -> None:
+        trial.set_user_attr("message", message[:2000])
+        trial.set_user_attr("cost", cost)
+        trial.set_user_attr("curve", curve)
+        self.study.tell(trial, state=TrialState.FAIL)
+
+    def records(self) -> list[TrialRecord]:
+        out = []
+        for t in self.study.get_trials(deepcopy=False):
+            if "recipe" not in t.user_attrs:
+                continue
+            a = t.user_attrs
+            state = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running"}.get(t.state, "failed")
+            if a.get("interrupted"):
+                state = "interrupted"
+            out.append(TrialRecord(t.number, state, Recipe.from_dict(a["recipe"]), dict(a.get("scores", {})),
+                                   dict(a.get("cost", {})), list(a.get("curve", [])), str(a.get("message", ""))))
+        return out
+
+    def spent(self) -> Spent:
+        recs = [r for r in self.records() if r.state != "running"]
+        setup = float(self.get("setup_wall_s", 0.0))
+        return Spent(wall_s=setup + sum(r.cost.get("wall_s", 0.0) for r in recs),
+                     trials=sum(r.finished for r in recs),
+                     gpu_h=sum(r.cost.get("gpu_h", 0.0) for r in recs),
+                     tokens=sum(r.cost.get("tokens", 0.0) for r in recs))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def dump_json(obj: Any) -> str:
+    return json.dumps(obj, indent=2, sort_keys=True, default=str)

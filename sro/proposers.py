@@ -1,0 +1,50 @@
+"""Proposers: where the next recipes come from. The search loop only calls `propose`; the BoTorch
+optimizer plugs in here as another registered proposer.
+
+A proposer never returns a recipe that the study has already run (same `Recipe.key`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from evaluators.registry import Registry
+from sro.ledger import TrialRecord
+from sro.recipe import Recipe
+from sro.space import RecipeSpace
+
+
+class Proposer(Protocol):
+    def propose(self, history: Sequence[TrialRecord], n: int = 1) -> list[Recipe]:
+        """Up to `n` new recipes given every trial so far (any state)."""
+        ...
+
+
+PROPOSERS: Registry = Registry("optimizer")
+
+
+@PROPOSERS.register("random")
+class SobolProposer:
+    """Space-filling baseline: the next points of one scrambled Sobol sequence seeded by the project.
+
+    The sequence position is the number of trials already in the study, so a resumed search carries on
+    where it stopped instead of replaying the first points.
+    """
+
+    def __init__(self, space: RecipeSpace, seed: int = 0) -> None:
+        self.space = space
+        self.seed = seed
+
+    def propose(self, history: Sequence[TrialRecord], n: int = 1) -> list[Recipe]:
+        seen = {r.recipe.key for r in history}
+        out: list[Recipe] = []
+        skip = len(history)
+        while len(out) < n:
+            for values in self.space.sobol(n, self.seed, skip=skip):
+                rec = Recipe(values, dict(self.space.fixed))
+                if rec.key not in seen:
+                    seen.add(rec.key)
+                    out.append(rec)
+            skip += n
+        return out[:n]

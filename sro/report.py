@@ -1,0 +1,137 @@
+"""`runs/<name>/report.html`: the Pareto front of the domain scores (base model marked), learning curves
+and the trial table — one self-contained file (plotly.js inlined) that opens offline."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+
+import numpy as np
+import plotly.graph_objects as go
+import yaml
+from jinja2 import Template
+
+from sro.ledger import TrialRecord
+from sro.pareto import pareto_mask
+
+_PAGE = Template("""<!doctype html>
+<html><head><meta charset="utf-8"><title>SRO report: {{ name }}</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
+table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
+th{background:#f3f3f3}tr.front{background:#eaf6ea}tr.failed{color:#a33}td.l{text-align:left}
+.note{color:#555}
+</style></head><body>
+<h1>SRO search: {{ name }}</h1>
+<p class="note">base model <b>{{ base_model }}</b> · {{ n_complete }} complete / {{ n_total }} trials ·
+objectives: {{ objectives }} · budget spent: {{ spent }}</p>
+<h2>Base model (held-out)</h2><p>{{ base_line }}</p>
+<h2>Pareto front</h2>{{ front_div }}
+<h2>Learning curves</h2>{{ curve_div }}
+<h2>Trials</h2><p class="note">green rows are Pareto-optimal over all objectives; ✔ marks a trial that
+beats the base model on every benchmark.</p>
+<table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
+{% for row, cls in rows %}<tr class="{{ cls }}">{% for c in row %}<td{% if loop.index > 3 and c is string %} class="l"{% endif %}>{{ c }}</td>{% endfor %}</tr>
+{% endfor %}</table>
+</body></html>""")
+
+
+def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
+    from sro.config import ProjectConfig
+    from sro.ledger import Ledger
+
+    proj_path = run_dir / "project.yaml"
+    if not proj_path.is_file():
+        raise FileNotFoundError(f"{run_dir} has no project.yaml; is it a folder written by `sro search`?")
+    data = yaml.safe_load(proj_path.read_text())
+    ledger = Ledger(ProjectConfig.model_validate(data), run_dir)
+    info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent()}
+    return data, ledger.records(), info
+
+
+def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], base: dict[str, float]) -> go.Figure:
+    keys = [k for k, _ in objectives if k != "cost"]
+    done = [r for r in records if r.state == "complete"]
+    x_key = keys[0]
+    y_key = keys[1] if len(keys) > 1 else "cost"
+    def val(r: TrialRecord, k: str) -> float:
+        return r.cost.get("wall_s", 0.0) if k == "cost" else r.scores.get(k, float("nan"))
+    fig = go.Figure()
+    if done:
+        pts = np.array([[val(r, x_key), val(r, y_key)] for r in done])
+        front = pareto_mask(pts, [True, y_key != "cost"])
+        costs = [r.cost.get("wall_s", 0.0) for r in done]
+        fig.add_trace(go.Scatter(
+            x=pts[:, 0], y=pts[:, 1], mode="markers", name="trials",
+            marker=dict(size=11, color=costs, colorscale="Viridis", showscale=True,
+                        colorbar=dict(title="cost (s)"), line=dict(width=1, color="#333")),
+            text=[f"trial {r.number}" for r in done], hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
+        order = np.argsort(pts[front, 0])
+        fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order], mode="lines",
+                                 name="Pareto front", line=dict(color="#2a7", width=2, shape="hv")))
+    if x_key in base and (y_key in base):
+        fig.add_trace(go.Scatter(x=[base[x_key]], y=[base[y_key]], mode="markers+text", name="base model",
+                                 text=["base"], textposition="top center",
+                                 marker=dict(symbol="star", size=18, color="crimson")))
+    fig.update_layout(xaxis_title=x_key, yaxis_title=y_key if y_key != "cost" else "cost (wall s)",
+                      height=480, margin=dict(t=20))
+    return fig
+
+
+def curve_figure(records: list[TrialRecord]) -> go.Figure:
+    fig = go.Figure()
+    for r in records:
+        if not r.curve:
+            continue
+        fig.add_trace(go.Scatter(x=[c.get("samples", i) for i, c in enumerate(r.curve)],
+                                 y=[c.get("reward", float("nan")) for c in r.curve],
+                                 mode="lines", name=f"trial {r.number}"))
+    fig.update_layout(xaxis_title="training samples", yaxis_title="mean training reward", height=380,
+                      margin=dict(t=20))
+    return fig
+
+
+def _fmt(v: object) -> object:
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return v
+
+
+def write_report(run_dir: str | Path) -> Path:
+    run_dir = Path(run_dir)
+    data, records, info = _load(run_dir)
+    base = info["base_scores"]
+    objectives = [next(iter(o.items())) for o in data["objectives"]]
+    score_keys = [k for k, _ in objectives if k != "cost"]
+    done = [r for r in records if r.state == "complete"]
+    vals = np.array([[r.cost.get("wall_s", 0.0) if k == "cost" else r.scores.get(k, 0.0) for k, _ in objectives]
+                     for r in done]) if done else np.zeros((0, len(objectives)))
+    front = set(np.array([r.number for r in done])[pareto_mask(vals, [d == "max" for _, d in objectives])].tolist()) if done else set()
+    params = sorted({k for r in records for k in r.recipe.values})
+    header = ["trial", "state", "✔"] + score_keys + ["cost s", "samples"] + params
+    rows = []
+    for r in records:
+        beats = r.state == "complete" and base and all(r.scores.get(k, -1) > base[k] for k in base)
+        row = [r.number, r.state if r.state != "failed" else f"failed: {html.escape(r.message.splitlines()[0][:60]) if r.message else ''}",
+               "✔" if beats else ""]
+        row += [_fmt(r.scores.get(k)) if k in r.scores else "" for k in score_keys]
+        row += [_fmt(r.cost.get("wall_s", 0.0)), int(r.cost.get("samples", 0))]
+        row += [_fmt(r.recipe.values.get(p, "")) for p in params]
+        cls = "front" if r.number in front else ("failed" if r.state in ("failed", "interrupted") else "")
+        rows.append((row, cls))
+    front_div = front_figure(records, objectives, base).to_html(include_plotlyjs=True, full_html=False)
+    curve_div = curve_figure(records).to_html(include_plotlyjs=False, full_html=False)
+    spent = info["spent"]
+    page = _PAGE.render(
+        name=data["name"], base_model=data.get("base_model", "tiny"), n_complete=len(done), n_total=len(records),
+        objectives=", ".join(f"{k} ({d})" for k, d in objectives),
+        spent=f"{spent.wall_s:.0f}s wall, {spent.trials} trials",
+        base_line="  ·  ".join(f"{k}: {v:.3f}" for k, v in base.items()) or "(not scored yet)",
+        front_div=front_div, curve_div=curve_div, header=header, rows=rows)
+    out = run_dir / "report.html"
+    out.write_text(page)
+    (run_dir / "trials.json").write_text(json.dumps(
+        [{"number": r.number, "state": r.state, "scores": r.scores, "cost": r.cost, "recipe": r.recipe.to_dict(),
+          "message": r.message} for r in records], indent=1, default=str))
+    return out

@@ -1,0 +1,132 @@
+"""The search loop: prepare the shared context once, score the base model once, then propose → train →
+record until the budget is spent. Everything lands in the ledger as it happens, so a rerun resumes."""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sro.budget import Budget
+from sro.config import ProjectConfig
+from sro.default_space import default_space
+from sro.executor import SearchContext, TrialFailed, run_trial
+from sro.ledger import Ledger, TrialRecord
+from sro.proposers import PROPOSERS
+from sro.recipe import Recipe
+from sro.space import RecipeSpace, SpaceError
+
+
+@dataclass
+class SearchSummary:
+    run_dir: Path
+    base_scores: dict[str, float]
+    trials: list[TrialRecord]
+    stop_reason: str
+    report: Path | None = None
+
+
+def load_space(project: ProjectConfig, run_dir: Path, console: Console) -> RecipeSpace:
+    """The edited `space.yaml` when a person has written one, else the default space (saved for review)."""
+    path = run_dir / "space.yaml"
+    if path.is_file():
+        try:
+            space = RecipeSpace.from_yaml(path.read_text())
+        except (SpaceError, yaml.YAMLError) as e:
+            raise SpaceError(f"{path}: {e}") from None
+        console.print(f"using the search space in {path}")
+        return space
+    space = default_space(project)
+    path.write_text("# SRO recipe space: edit bounds or choices, then rerun `sro search`\n" + space.to_yaml())
+    return space
+
+
+def _fmt_scores(scores: dict[str, float]) -> str:
+    return "  ".join(f"{k}={v:.3f}" for k, v in scores.items())
+
+
+def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "runs",
+               optimizer: str = "random", console: Console | None = None) -> SearchSummary:
+    console = console or Console()
+    runs_root = Path(runs_root)
+    run_dir = runs_root / project.name
+    ledger = Ledger(project, run_dir)
+    (run_dir / "project.yaml").write_text(yaml.safe_dump(project.model_dump(mode="json"), sort_keys=False))
+    space = load_space(project, run_dir, console)
+    proposer = PROPOSERS.get(optimizer)(space, seed=project.seed)
+
+    history = ledger.records()
+    done = [r for r in history if r.finished]
+    if done:
+        console.print(f"resuming {run_dir}: {len(done)} finished trial(s) kept, none will be repeated")
+    reason = budget.exhausted(ledger.spent())
+    if reason:
+        console.print(f"budget {budget} already spent ({reason}); raise --budget to search further")
+        return SearchSummary(run_dir, ledger.get("base_scores", {}), history, reason)
+
+    t0 = time.monotonic()
+    with console.status("preparing benchmarks, data streams and the base model ..."):
+        ctx = SearchContext.prepare(project, runs_root / ".cache", log=console.print)
+    base = ledger.get("base_scores")
+    if base is None or ledger.get("base_path") != ctx.base_path:
+        with console.status("scoring the base model on the held-out benchmarks ..."):
+            base = ctx.score_base()
+        ledger.put("base_scores", base)
+        ledger.put("base_path", ctx.base_path)
+    ledger.put("setup_wall_s", float(ledger.get("setup_wall_s", 0.0)) + time.monotonic() - t0)
+    console.print(f"base model held-out: {_fmt_scores(base)}")
+
+    # recipes whose process died mid-trial run again first
+    finished_keys = {r.recipe.key for r in history if r.finished}
+    retry = [r.recipe for r in history if r.state == "interrupted" and r.recipe.key not in finished_keys]
+    retry = list({r.key: r for r in retry}.values())
+
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                        TimeElapsedColumn(), console=console)
+    with progress:
+        bar = progress.add_task("search", total=1.0, info=str(budget))
+        while True:
+            spent = ledger.spent()
+            reason = budget.exhausted(spent)
+            progress.update(bar, completed=budget.fraction_used(spent),
+                            info=f"{spent.trials} trials, {spent.wall_s:.0f}s of budget {budget}")
+            if reason:
+                break
+            recipe: Recipe = retry.pop(0) if retry else proposer.propose(ledger.records(), 1)[0]
+            trial = ledger.start(recipe, space)
+            step_task = progress.add_task(f"trial {trial.number}", total=int(recipe.get("steps", 1)), info="")
+            curve: list[dict[str, float]] = []
+
+            def on_step(step: int, m: dict[str, float]) -> None:
+                curve.append(m)
+                progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
+                if step % 5 == 0:
+                    ledger.progress(trial, curve)
+
+            remaining = budget.remaining_wall_s(spent)
+            t_start = time.monotonic()
+            try:
+                out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step)
+                ledger.finish(trial, out.scores, out.cost, out.curve)
+                beats = all(out.scores[k] > base[k] for k in base)
+                mark = "[green]beats base on every benchmark[/]" if beats else ""
+                progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
+                                       f"({out.cost['wall_s']:.0f}s) {mark}")
+            except (TrialFailed, ValueError, RuntimeError) as e:
+                msg = f"{type(e).__name__}: {e}"
+                ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),
+                            {"wall_s": time.monotonic() - t_start}, curve)
+                progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
+            progress.remove_task(step_task)
+
+    records = ledger.records()
+    summary = SearchSummary(run_dir, base, records, reason or "")
+    from sro.report import write_report
+
+    summary.report = write_report(run_dir)
+    return summary

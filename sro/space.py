@@ -1,0 +1,237 @@
+"""`RecipeSpace`: typed parameters (float linear/log, int, categorical, bool) with conditions and
+simplex groups; maps recipes to and from the unit cube, samples with scrambled Sobol, and reads and
+writes a YAML a person can edit, with the designer's rationale beside each parameter."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import yaml
+
+Kind = Literal["float", "int", "categorical", "bool"]
+
+
+class SpaceError(ValueError):
+    """A malformed space or a recipe that does not fit it."""
+
+
+@dataclass
+class Param:
+    name: str
+    kind: Kind
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: list[Any] | None = None
+    condition: dict[str, list[Any]] | None = None
+    """The parameter exists only when each named parent has one of the listed values."""
+    rationale: str = ""
+
+    def __post_init__(self) -> None:
+        where = f"parameter {self.name!r}"
+        if self.kind in ("float", "int"):
+            if self.low is None or self.high is None or not self.low <= self.high:
+                raise SpaceError(f"{where}: needs low <= high (got {self.low}, {self.high})")
+            if self.log and self.low <= 0:
+                raise SpaceError(f"{where}: a log scale needs low > 0 (got {self.low})")
+        elif self.kind == "categorical":
+            if not self.choices:
+                raise SpaceError(f"{where}: a categorical needs a non-empty `choices` list")
+        elif self.kind == "bool":
+            self.choices = [False, True]
+        else:
+            raise SpaceError(f"{where}: kind must be float, int, categorical or bool (got {self.kind!r})")
+
+    def from_unit(self, u: float) -> Any:
+        """Map u ∈ [0, 1] to a value (log-uniform for log floats and ints)."""
+        u = min(max(float(u), 0.0), 1.0)
+        if self.kind in ("float", "int"):
+            lo, hi = float(self.low), float(self.high)  # type: ignore[arg-type]
+            if self.kind == "int":
+                lo, hi = lo - 0.5, hi + 0.5  # each integer gets an equal share of the cube
+            if self.log:
+                x = math.exp(math.log(max(lo, 1e-12)) + u * (math.log(hi) - math.log(max(lo, 1e-12))))
+            else:
+                x = lo + u * (hi - lo)
+            if self.kind == "int":
+                return int(min(max(round(x), self.low), self.high))  # type: ignore[type-var]
+            return float(min(max(x, self.low), self.high))  # type: ignore[type-var]
+        choices = self.choices or []
+        return choices[min(int(u * len(choices)), len(choices) - 1)]
+
+    def to_unit(self, value: Any) -> float:
+        if self.kind in ("float", "int"):
+            lo, hi = float(self.low), float(self.high)  # type: ignore[arg-type]
+            if self.kind == "int":
+                lo, hi = lo - 0.5, hi + 0.5
+            if hi == lo:
+                return 0.5
+            if self.log:
+                lo = max(lo, 1e-12)
+                return (math.log(float(value)) - math.log(lo)) / (math.log(hi) - math.log(lo))
+            return (float(value) - lo) / (hi - lo)
+        choices = self.choices or []
+        return (choices.index(value) + 0.5) / len(choices)
+
+    def contains(self, value: Any) -> bool:
+        if self.kind in ("float", "int"):
+            ok_type = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if self.kind == "int":
+                ok_type = ok_type and float(value).is_integer()
+            return ok_type and self.low <= value <= self.high  # type: ignore[operator]
+        return value in (self.choices or [])
+
+
+@dataclass
+class Simplex:
+    """Weights that are each >= 0 and sum to 1 (e.g. the domain mixture)."""
+
+    name: str
+    members: list[str]
+    rationale: str = ""
+
+    def from_unit(self, us: np.ndarray) -> dict[str, float]:
+        # −log(u) of uniforms normalized is a uniform draw on the simplex (Dirichlet(1,…,1))
+        e = -np.log(np.clip(us, 1e-9, 1.0))
+        w = e / e.sum()
+        return {m: round(float(x), 6) for m, x in zip(self.members, w)}
+
+    def to_unit(self, weights: dict[str, float]) -> list[float]:
+        return [math.exp(-float(weights[m])) for m in self.members]
+
+
+@dataclass
+class RecipeSpace:
+    params: list[Param]
+    simplexes: list[Simplex] = field(default_factory=list)
+    fixed: dict[str, Any] = field(default_factory=dict)
+    """Settings every recipe of this space shares (algorithm, completion length, ...)."""
+    version: int = 1
+    designer: str = "default"
+
+    def __post_init__(self) -> None:
+        names = [p.name for p in self.params] + [m for s in self.simplexes for m in s.members]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise SpaceError(f"parameter names must be unique; repeated: {sorted(dup)}")
+        known = {p.name for p in self.params}
+        for p in self.params:
+            for parent in (p.condition or {}):
+                if parent not in known:
+                    raise SpaceError(f"parameter {p.name!r}: condition names unknown parent {parent!r}")
+
+    # --- geometry -------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        """Unit-cube dimensions: one per parameter, one per simplex member."""
+        return len(self.params) + sum(len(s.members) for s in self.simplexes)
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise SpaceError(f"no parameter {name!r}; known: {', '.join(p.name for p in self.params)}")
+
+    def is_active(self, p: Param, values: dict[str, Any]) -> bool:
+        return all(values.get(k) in v for k, v in (p.condition or {}).items())
+
+    def from_unit(self, u: np.ndarray) -> dict[str, Any]:
+        """Decode a point of [0,1]^dim; inactive conditional parameters are left out."""
+        u = np.asarray(u, dtype=float)
+        if u.shape != (self.dim,):
+            raise SpaceError(f"expected a point of shape ({self.dim},), got {u.shape}")
+        values: dict[str, Any] = {}
+        for i, p in enumerate(self.params):  # parents precede children in `params`
+            if self.is_active(p, values):
+                values[p.name] = p.from_unit(u[i])
+        j = len(self.params)
+        for s in self.simplexes:
+            values.update(s.from_unit(u[j : j + len(s.members)]))
+            j += len(s.members)
+        return values
+
+    def to_unit(self, values: dict[str, Any]) -> np.ndarray:
+        """Encode a recipe; inactive parameters sit at 0.5 (the centre, a neutral value)."""
+        out = np.full(self.dim, 0.5)
+        for i, p in enumerate(self.params):
+            if p.name in values:
+                out[i] = p.to_unit(values[p.name])
+        j = len(self.params)
+        for s in self.simplexes:
+            out[j : j + len(s.members)] = s.to_unit(values)
+            j += len(s.members)
+        return out
+
+    def sobol(self, n: int, seed: int, skip: int = 0) -> list[dict[str, Any]]:
+        """Points `skip … skip+n−1` of one scrambled Sobol sequence, so a resumed search continues it."""
+        from scipy.stats import qmc
+
+        eng = qmc.Sobol(d=self.dim, scramble=True, seed=seed)
+        if skip:
+            eng.fast_forward(skip)
+        with warnings.catch_warnings():  # we draw a few points at a time on purpose
+            warnings.filterwarnings("ignore", message=".*balance properties.*")
+            rows = eng.random(n)
+        return [self.from_unit(row) for row in rows]
+
+    def validate(self, values: dict[str, Any]) -> None:
+        """Raise `SpaceError` naming the first value outside the space."""
+        for p in self.params:
+            active = self.is_active(p, values)
+            if active and p.name not in values:
+                raise SpaceError(f"recipe lacks {p.name!r}")
+            if active and not p.contains(values[p.name]):
+                rng = p.choices if p.choices is not None else f"[{p.low}, {p.high}]"
+                raise SpaceError(f"{p.name}={values[p.name]!r} is outside {rng}")
+        for s in self.simplexes:
+            w = [values.get(m) for m in s.members]
+            if any(x is None or x < 0 for x in w) or abs(sum(w) - 1) > 1e-3:  # type: ignore[operator]
+                raise SpaceError(f"{s.name}: weights {dict(zip(s.members, w))} must be >= 0 and sum to 1")
+
+    # --- YAML -----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        params = {}
+        for p in self.params:
+            d: dict[str, Any] = {"kind": p.kind}
+            if p.kind in ("float", "int"):
+                d.update(low=p.low, high=p.high)
+                if p.log:
+                    d["log"] = True
+            elif p.kind == "categorical":
+                d["choices"] = list(p.choices or [])
+            if p.condition:
+                d["when"] = p.condition
+            d["why"] = p.rationale
+            params[p.name] = d
+        simplexes = {s.name: {"members": s.members, "why": s.rationale} for s in self.simplexes}
+        return {"version": self.version, "designer": self.designer, "fixed": self.fixed,
+                "params": params, "simplexes": simplexes}
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_dict(), sort_keys=False, width=100)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> RecipeSpace:
+        try:
+            params = []
+            for name, pd in (d.get("params") or {}).items():
+                pd = dict(pd)
+                params.append(Param(name=name, kind=pd.pop("kind"), low=pd.pop("low", None), high=pd.pop("high", None),
+                                    log=bool(pd.pop("log", False)), choices=pd.pop("choices", None),
+                                    condition=pd.pop("when", None), rationale=str(pd.pop("why", ""))))
+                if pd:
+                    raise SpaceError(f"parameter {name!r}: unknown keys {sorted(pd)}")
+            simplexes = [Simplex(n, list(sd["members"]), str(sd.get("why", "")))
+                         for n, sd in (d.get("simplexes") or {}).items()]
+            return cls(params, simplexes, dict(d.get("fixed") or {}), int(d.get("version", 1)),
+                       str(d.get("designer", "default")))
+        except (KeyError, TypeError) as e:
+            raise SpaceError(f"malformed space: {e}") from None
+
+    @classmethod
+    def from_yaml(cls, text: str) -> RecipeSpace:
+        return cls.from_dict(yaml.safe_load(text) or {})

@@ -1,0 +1,123 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sro.budget import Budget, BudgetError, Spent
+from sro.config import ConfigError, load_project
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_loads():
+    p = load_project(ROOT / "search_spaces" / "quickstart.yaml")
+    assert p.name == "quickstart"
+    assert p.benchmark_keys() == ["arithmetic/arith_heldout", "words/spell_heldout"]
+    assert p.objective_directions()[-1] == ("cost", "min")
+
+
+def _err(micro_project, mutate=None, raw=None) -> str:
+    """Write the micro project changed by `mutate(dict)` (or replaced by `raw` text); return the error."""
+    path = micro_project()
+    if raw is not None:
+        path.write_text(raw(path.read_text()))
+    else:
+        data = yaml.safe_load(path.read_text())
+        mutate(data)
+        path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError) as e:
+        load_project(path)
+    msg = str(e.value)
+    assert "\n" not in msg and str(path) in msg
+    return msg
+
+
+def _src(d):
+    return d["domains"]["arithmetic"]["sources"][0]
+
+
+def test_unknown_key(micro_project):
+    msg = _err(micro_project, lambda d: d.update(sede=1))
+    assert "sede: unknown key" in msg
+
+
+def test_wrong_type(micro_project):
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(size="many"))
+    assert "domains.arithmetic.benchmarks[0].size" in msg
+
+
+def test_unknown_generator_suggests(micro_project):
+    msg = _err(micro_project, lambda d: _src(d).update(reasoning_gym="basic_arithmetc"))
+    assert "domains.arithmetic.sources[0].reasoning_gym" in msg
+    assert "did you mean 'basic_arithmetic'" in msg
+
+
+def test_unknown_generator_config_field(micro_project):
+    msg = _err(micro_project, lambda d: _src(d)["config"].update(max_digit=1))
+    assert "sources[0].config.max_digit" in msg and "has no config field 'max_digit'" in msg
+    assert "max_digits" in msg
+
+
+def test_generator_rejects_config(micro_project):
+    msg = _err(micro_project, lambda d: _src(d)["config"].update(min_terms=5))
+    assert "rejects this config" in msg
+
+
+def test_seed_in_generator_config_is_refused(micro_project):
+    msg = _err(micro_project, lambda d: _src(d)["config"].update(seed=3))
+    assert "disjoint" in msg
+
+
+def test_objective_names_missing_benchmark(micro_project):
+    msg = _err(micro_project, lambda d: d.update(objectives=[{"arithmetic/ad": "max"}]))
+    assert "objectives[0]" in msg and "did you mean 'arithmetic/add'" in msg
+
+
+def test_bad_budget_in_yaml(micro_project):
+    msg = _err(micro_project, lambda d: d.update(budget="soon"))
+    assert "budget" in msg and "cannot parse" in msg
+
+
+def test_malformed_yaml(micro_project):
+    msg = _err(micro_project, raw=lambda t: t.replace("seed: 0", "seed: [0"))
+    assert "malformed YAML" in msg and "line" in msg
+
+
+def test_missing_jsonl_file(micro_project):
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"].update(sources=[{"jsonl": "nowhere.jsonl"}]))
+    assert "sources[0].jsonl" in msg and "nowhere.jsonl" in msg
+
+
+def test_source_needs_one_kind(micro_project):
+    msg = _err(micro_project, lambda d: _src(d).update(jsonl="a.jsonl"))
+    assert "exactly one of" in msg
+
+
+def test_textworld_not_yet(micro_project):
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"].update(sources=[{"textworld": "coin_collector"}]))
+    assert "textworld" in msg
+
+
+@pytest.mark.parametrize("text,field,value", [
+    ("10m", "wall_s", 600.0), ("90s", "wall_s", 90.0), ("2h", "wall_s", 7200.0), ("6trials", "trials", 6),
+    ("1trial", "trials", 1), ("8gpu-h", "gpu_h", 8.0), ("5Mtok", "tokens", 5e6),
+])
+def test_budget_parse(text, field, value):
+    assert getattr(Budget.parse(text), field) == value
+
+
+@pytest.mark.parametrize("text", ["", "10", "ten minutes", "5parsecs", "-3m", "0trials", "2h,3h"])
+def test_budget_rejects(text):
+    with pytest.raises(BudgetError):
+        Budget.parse(text)
+
+
+def test_budget_accounting():
+    b = Budget.parse("10m,3trials")
+    assert b.exhausted(Spent(wall_s=100, trials=2)) is None
+    assert "3/3 trials" in b.exhausted(Spent(wall_s=100, trials=3))
+    assert "wall time" in b.exhausted(Spent(wall_s=601, trials=1))
+    assert b.remaining_wall_s(Spent(wall_s=500)) == 100
+    assert b.fraction_used(Spent(wall_s=300, trials=1)) == pytest.approx(0.5)

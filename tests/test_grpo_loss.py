@@ -1,0 +1,96 @@
+"""The GRPO pieces on hand-computed tensors (ALGORITHMS.md §1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainers.core import ADVANTAGES, AGGREGATIONS, clipped_surrogate, k3_kl
+
+
+def test_group_advantage_by_hand():
+    r = torch.tensor([1.0, 0.0, 0.0, 1.0, 0.5, 0.5, 0.5, 0.5])  # two groups of G=4
+    a = ADVANTAGES.get("group")(r, 4)
+    std = math.sqrt(1 / 3)  # unbiased std of {1,0,0,1}: mean .5, sum sq dev 1, /3
+    expect = [0.5 / (std + 1e-4), -0.5 / (std + 1e-4), -0.5 / (std + 1e-4), 0.5 / (std + 1e-4), 0, 0, 0, 0]
+    assert torch.allclose(a, torch.tensor(expect), atol=1e-5)
+
+
+def test_dr_grpo_advantage_is_only_centred():
+    r = torch.tensor([3.0, 1.0, 2.0, 2.0])
+    assert torch.allclose(ADVANTAGES.get("none")(r, 2), torch.tensor([1.0, -1.0, 0.0, 0.0]))
+
+
+def test_batch_scaled_advantage_uses_batch_std():
+    r = torch.tensor([3.0, 1.0, 2.0, 2.0])
+    std = r.std(unbiased=True)  # mean 2, sq devs 1,1,0,0 → var 2/3
+    assert std == pytest.approx(math.sqrt(2 / 3))
+    assert torch.allclose(ADVANTAGES.get("batch")(r, 2), torch.tensor([1.0, -1.0, 0.0, 0.0]) / (std + 1e-4))
+
+
+def test_advantage_shape_checked():
+    with pytest.raises(ValueError, match="G=4"):
+        ADVANTAGES.get("group")(torch.ones(6), 4)
+
+
+def test_clipped_surrogate_by_hand():
+    # ratios 1.5 (A>0: clipped to 1.2), 0.5 (A>0: unclipped min → 0.5), 1.5 (A<0: min picks −1.5·|A|)
+    old = torch.zeros(1, 3)
+    logp = torch.log(torch.tensor([[1.5, 0.5, 1.5]]))
+    adv = torch.tensor([[2.0, 2.0, -2.0]])
+    loss = clipped_surrogate(logp, old, adv, eps_low=0.2, eps_high=0.2)
+    assert torch.allclose(loss, torch.tensor([[-2.4, -1.0, 3.0]]), atol=1e-6)
+
+
+def test_clip_higher_is_asymmetric():
+    old = torch.zeros(1, 2)
+    logp = torch.log(torch.tensor([[1.25, 0.7]]))
+    adv = torch.tensor([[1.0, -1.0]])
+    loss = clipped_surrogate(logp, old, adv, eps_low=0.2, eps_high=0.28)
+    # 1.25 < 1.28: not clipped; 0.7 < 0.8 with A<0: −min(−0.7, −0.8) = 0.8
+    assert torch.allclose(loss, torch.tensor([[-1.25, 0.8]]), atol=1e-6)
+
+
+def test_k3_by_hand():
+    logp = torch.tensor([math.log(0.5)])
+    ref = torch.tensor([math.log(0.25)])
+    q = math.log(0.25) - math.log(0.5)
+    assert k3_kl(logp, ref).item() == pytest.approx(math.exp(q) - q - 1)
+    assert k3_kl(ref, ref).item() == 0.0
+
+
+def test_aggregations_by_hand():
+    loss = torch.tensor([[1.0, 2.0, 3.0], [4.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    assert AGGREGATIONS.get("seq_mean")(loss, mask).item() == pytest.approx((2.0 + 4.0) / 2)
+    assert AGGREGATIONS.get("token_mean")(loss, mask).item() == pytest.approx(10.0 / 4)
+    assert AGGREGATIONS.get("fixed_len")(loss, mask).item() == pytest.approx(10.0 / 6)
+
+
+def test_one_pass_clip_equals_policy_gradient():
+    """With one pass and one minibatch r ≡ 1: the clipped loss's gradient is −A·∇logπ."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 3, 5, requires_grad=True)
+    target = torch.randint(0, 5, (4, 3))
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5]).unsqueeze(-1).expand(4, 3)
+    mask = torch.ones(4, 3)
+
+    def logp_of(lg):
+        return torch.log_softmax(lg, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+    lp = logp_of(logits)
+    AGGREGATIONS.get("token_mean")(clipped_surrogate(lp, lp.detach(), adv), mask).backward()
+    g_clip = logits.grad.clone()
+    logits.grad = None
+    lp = logp_of(logits)
+    AGGREGATIONS.get("token_mean")(-adv * lp, mask).backward()
+    assert torch.allclose(g_clip, logits.grad, atol=1e-7)
+
+
+def test_registry_refuses_duplicates_and_lists_names():
+    with pytest.raises(ValueError, match="already registered"):
+        ADVANTAGES.add("group", lambda r, g: r)
+    with pytest.raises(KeyError, match="known: batch, group, none"):
+        ADVANTAGES.get("grup")

@@ -1,0 +1,123 @@
+"""End to end: `sro search` in a subprocess on a micro project, resume, edited space, errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sro.config import load_project
+from sro.ledger import Ledger
+from sro.recipe import Recipe
+from sro.space import RecipeSpace
+
+ROOT = Path(__file__).resolve().parents[1]
+SRO = [sys.executable, "-m", "sro.cli"]
+
+SMALL_SPACE = """\
+version: 1
+designer: test
+fixed: {algorithm: grpo, max_new_tokens: 4}
+params:
+  lr: {kind: float, low: 0.001, high: 0.003, log: true, why: small}
+  group_size: {kind: int, low: 4, high: 4, why: fixed}
+  prompts_per_step: {kind: int, low: 4, high: 6, why: small}
+  steps: {kind: int, low: 2, high: 3, why: short}
+"""
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    return subprocess.run([*SRO, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _trials(run_dir: Path) -> list[dict]:
+    return json.loads((run_dir / "trials.json").read_text())
+
+
+@pytest.mark.slow
+def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
+    project = micro_project("micro")
+    runs = tmp_path / "runs"
+    (runs / "micro").mkdir(parents=True)
+    (runs / "micro" / "space.yaml").write_text(SMALL_SPACE)
+
+    r = run("search", str(project), "--budget", "2trials", "--runs", str(runs), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "using the search space in" in r.stdout  # the edited space is used, and said so
+    assert "base model held-out" in r.stdout
+    first = _trials(runs / "micro")
+    assert [t["state"] for t in first] == ["complete", "complete"]
+    for t in first:
+        assert set(t["scores"]) == {"arithmetic/add"} and t["cost"]["wall_s"] > 0
+        assert 2 <= t["recipe"]["values"]["steps"] <= 3  # inside the edited bounds
+    report = (runs / "micro" / "report.html").read_text()
+    assert "Pareto front" in report and "plotly" in report.lower() and "base model" in report
+
+    # the budget is for the study: a rerun with the same budget does nothing
+    r = run("search", str(project), "--budget", "2trials", "--runs", str(runs), cwd=tmp_path)
+    assert r.returncode == 0 and "already spent" in r.stdout
+    # a bigger budget resumes: old trials kept as they were, one new recipe
+    r = run("search", str(project), "--budget", "3trials", "--runs", str(runs), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resuming" in r.stdout
+    after = _trials(runs / "micro")
+    assert after[:2] == first
+    keys = [Recipe.from_dict(t["recipe"]).key for t in after]
+    assert len(after) == 3 and len(set(keys)) == 3
+
+    # show / export / report on the finished run
+    r = run("show", str(runs / "micro"), cwd=tmp_path)
+    assert r.returncode == 0 and "base" in r.stdout
+    r = run("export", str(runs / "micro"), "--trial", "0", cwd=tmp_path)
+    assert r.returncode == 0 and "recipe:" in r.stdout
+    r = run("export", str(runs / "micro"), "--trial", "9", cwd=tmp_path)
+    assert r.returncode == 2 and "no trial 9" in r.stderr
+
+
+def test_interrupted_trial_is_marked_and_kept_apart(micro_project, tmp_path):
+    project = load_project(micro_project("orphan"))
+    ledger = Ledger(project, tmp_path / "orphan")
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    rec = Recipe(space.sobol(1, seed=0)[0], dict(space.fixed))
+    t = ledger.start(rec, space)
+    ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    t2 = ledger.start(Recipe(space.sobol(2, seed=0)[1], dict(space.fixed)), space)
+    t2.set_user_attr("pid", dead.pid)  # as if its process had been killed mid-trial
+    reopened = Ledger(project, tmp_path / "orphan")
+    states = [(r.number, r.state) for r in reopened.records()]
+    assert states == [(0, "complete"), (1, "interrupted")]
+    assert reopened.records()[0].scores == {"arithmetic/add": 0.5}
+    assert reopened.spent().trials == 1
+
+
+@pytest.mark.parametrize("mutate,needle", [
+    (lambda t: t.replace("seed: 0", "seed: [0"), "malformed YAML"),
+    (lambda t: t.replace("- reasoning_gym: basic_arithmetic", "- reasoning_gym: basic_arithmetc", 1),
+     "unknown reasoning-gym generator"),
+])
+def test_cli_config_errors_one_line_exit_2(micro_project, tmp_path, mutate, needle):
+    p = micro_project("bad")
+    p.write_text(mutate(p.read_text()))
+    r = run("search", str(p), "--runs", str(tmp_path / "runs"), cwd=tmp_path)
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.stderr
+
+
+def test_cli_bad_budget_exit_2(micro_project, tmp_path):
+    r = run("search", str(micro_project("b")), "--budget", "10 parsecs", "--runs", str(tmp_path), cwd=tmp_path)
+    assert r.returncode == 2
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "cannot parse budget" in lines[0]
+
+
+def test_cli_missing_run_dir(tmp_path):
+    r = run("report", str(tmp_path / "nope"), cwd=tmp_path)
+    assert r.returncode == 2 and "no project.yaml" in r.stderr

@@ -1,0 +1,82 @@
+"""The composable core of the trainer layer: advantage estimators, policy losses and loss aggregations,
+each a small function registered by role (ALGORITHMS.md §1). An algorithm is a named combination.
+
+Shapes: G samples per group, P groups, N = P·G sequences, C completion tokens.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from evaluators.registry import Registry
+
+ADVANTAGES: Registry = Registry("advantage estimator")
+POLICY_LOSSES: Registry = Registry("policy loss")
+AGGREGATIONS: Registry = Registry("loss aggregation")
+
+EPS_STD = 1e-4
+
+
+def _grouped(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    if rewards.ndim != 1 or rewards.numel() % group_size:
+        raise ValueError(f"rewards must be (P*G,) with G={group_size}; got shape {tuple(rewards.shape)}")
+    return rewards.view(-1, group_size)  # (P, G)
+
+
+@ADVANTAGES.register("group")
+def group_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """GRPO (DeepSeekMath, arXiv 2402.03300): A_i = (R_i − mean_g R) / (std_g R + 1e-4). (N,) → (N,)"""
+    r = _grouped(rewards, group_size)
+    std = r.std(dim=1, keepdim=True, unbiased=True) if group_size > 1 else torch.zeros_like(r[:, :1])
+    return ((r - r.mean(dim=1, keepdim=True)) / (std + EPS_STD)).reshape(-1)
+
+
+@ADVANTAGES.register("batch")
+def batch_scaled_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Group-centred, divided by the std of the whole batch (scale_rewards=batch)."""
+    r = _grouped(rewards, group_size)
+    centred = r - r.mean(dim=1, keepdim=True)
+    std = rewards.std(unbiased=True) if rewards.numel() > 1 else rewards.new_zeros(())
+    return (centred / (std + EPS_STD)).reshape(-1)
+
+
+@ADVANTAGES.register("none")
+def centred_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Dr.GRPO (arXiv 2503.20783): group-centred, not scaled (scale_rewards=none)."""
+    r = _grouped(rewards, group_size)
+    return (r - r.mean(dim=1, keepdim=True)).reshape(-1)
+
+
+def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """Schulman's k3 estimator of KL(π_θ‖π_ref) per token: exp(q) − q − 1, q = logπ_ref − logπ_θ."""
+    q = ref_logp - logp
+    return torch.exp(q) - q - 1
+
+
+@POLICY_LOSSES.register("clip")
+def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
+                      eps_low: float = 0.2, eps_high: float = 0.2) -> torch.Tensor:
+    """PPO/GRPO per-token loss −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A). (N, C) each; adv (N, C)."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * adv
+    return -torch.minimum(unclipped, clipped)
+
+
+@AGGREGATIONS.register("seq_mean")
+def seq_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Mean over sequences of each sequence's token mean (GRPO's original aggregation)."""
+    per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+    return per_seq.mean()
+
+
+@AGGREGATIONS.register("token_mean")
+def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """DAPO (arXiv 2503.14476): sum over all tokens / number of tokens."""
+    return (loss * mask).sum() / mask.sum().clamp(min=1)
+
+
+@AGGREGATIONS.register("fixed_len")
+def fixed_len(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Dr.GRPO: sum over all tokens / (B · max_len), a constant normalizer."""
+    return (loss * mask).sum() / (mask.shape[0] * mask.shape[1])

@@ -1,0 +1,58 @@
+"""Loading a policy: an HF model id, a local folder, or the embedded `tiny` model (built elsewhere,
+then loaded through the very same `AutoModelForCausalLM` / `AutoTokenizer` calls)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+
+class ModelLoadError(RuntimeError):
+    """A base model that cannot be loaded; the message says which and why."""
+
+
+def pick_device(device: str = "auto") -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ModelLoadError("runtime.device is 'cuda' but no CUDA device is visible; use 'auto' or 'cpu'")
+    return torch.device(device)
+
+
+def pick_dtype(device: torch.device) -> torch.dtype:
+    """bf16 on CUDA, fp32 on the CPU (CPU bf16 matmuls are slow and imprecise for tiny models)."""
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def load_tokenizer(name_or_path: str | os.PathLike[str]):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(name_or_path))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot load tokenizer {name_or_path!s}: {str(e).splitlines()[0]}") from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"  # generation appends on the right
+    return tok
+
+
+def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto"):
+    """(model, tokenizer) in eval mode on the chosen device."""
+    from transformers import AutoModelForCausalLM
+
+    dev = pick_device(device)
+    src = str(name_or_path)
+    if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and "/" not in src:
+        raise ModelLoadError(f"{src!r} is neither a local folder nor an HF model id")
+    tok = load_tokenizer(src)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=pick_dtype(dev))
+    except (OSError, ValueError) as e:
+        raise ModelLoadError(f"cannot load model {src}: {str(e).splitlines()[0]}") from None
+    model.to(dev).eval()
+    if model.generation_config is not None:
+        model.generation_config.pad_token_id = tok.pad_token_id
+    return model, tok

@@ -1,0 +1,73 @@
+"""Rollouts with transformers `generate` (KV cache) and per-token log-probabilities of completions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Rollouts:
+    """G completions for each of P prompts, flattened prompt-major: row i*G + j is sample j of prompt i.
+
+    Shapes: `input_ids`, `attention_mask` (N, L + C) with prompts left-padded to L; `completion_mask`
+    (N, C) is 1 on generated tokens up to and including the first <eos>; `truncated` (N,) is True
+    where no <eos> was produced within C tokens.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    completion_mask: torch.Tensor
+    truncated: torch.Tensor
+    prompt_len: int
+    texts: list[str]
+
+    @property
+    def completion_ids(self) -> torch.Tensor:
+        return self.input_ids[:, self.prompt_len :]
+
+
+def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Positions that skip left padding, so a padded row sees the same positions as an unpadded one."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+@torch.no_grad()
+def generate(model, tokenizer, prompts: list[str], group_size: int = 1, temperature: float = 1.0,
+             max_new_tokens: int = 8, greedy: bool = False) -> Rollouts:
+    """Sample `group_size` completions per prompt (greedy decoding when `greedy`)."""
+    dev = next(model.parameters()).device
+    enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(dev)
+    kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    out = model.generate(
+        **enc, max_new_tokens=max_new_tokens, num_return_sequences=group_size,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **kwargs,
+    )  # (N, L + C') with C' <= max_new_tokens
+    prompt_len = enc["input_ids"].shape[1]
+    comp = out[:, prompt_len:]
+    is_eos = comp == tokenizer.eos_token_id
+    # 1 up to and including the first eos
+    before_eos = (is_eos.long().cumsum(-1) - is_eos.long()) == 0
+    completion_mask = before_eos.long()
+    truncated = ~is_eos.any(-1)
+    prompt_mask = enc["attention_mask"].repeat_interleave(group_size, dim=0)
+    attention_mask = torch.cat([prompt_mask, completion_mask], dim=1)
+    texts = tokenizer.batch_decode(comp.masked_fill(completion_mask == 0, tokenizer.pad_token_id),
+                                   skip_special_tokens=True)
+    return Rollouts(out, attention_mask, completion_mask, truncated, prompt_len, texts)
+
+
+def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π(y_t | y_<t) for every completion token: (N, C); optionally the entropy per token (N, C)."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=position_ids(attention_mask), use_cache=False).logits  # (N, L+C, V)
+    logits = logits[:, prompt_len - 1 : -1, :].float()  # predictions for the completion tokens
+    logp = torch.log_softmax(logits, dim=-1)
+    target = input_ids[:, prompt_len:]
+    tok_logp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    ent = None
+    if with_entropy:
+        ent = -(logp.exp() * logp).sum(-1)
+    return tok_logp, ent

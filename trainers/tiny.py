@@ -1,0 +1,146 @@
+"""The embedded base model `tiny`: a byte-level BPE tokenizer and a small Qwen2 model, briefly pre-trained
+on the project's own training sources so it knows their formats but leaves room for RL to improve.
+
+Built with transformers' own classes (`Qwen2Config`, `Qwen2ForCausalLM`, `Qwen2Tokenizer`)
+and saved with `save_pretrained`, so it loads through the same `AutoModelForCausalLM` /
+`AutoTokenizer` path as any hub model. Cached under `runs/.cache/tiny-<hash>` keyed by everything it
+was built from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+
+from trainers.prompts import format_prompt
+
+PAD = "<|pad|>"
+BUILD_VERSION = 1  # bump when the recipe below changes, so caches rebuild
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Architecture and pre-training of the embedded model."""
+
+    hidden_size: int = 128
+    layers: int = 3
+    heads: int = 4
+    kv_heads: int = 2
+    intermediate_size: int = 384
+    max_positions: int = 512
+    vocab_size: int = 512
+    pretrain_steps: int = 250
+    """Brief on purpose: the model should know the formats, not master the tasks."""
+    batch_size: int = 32
+    lr: float = 2e-3
+    seed: int = 0
+
+
+def build_tokenizer(texts: Sequence[str], vocab_size: int = 512):
+    """A Qwen2 byte-level BPE tokenizer trained on `texts` (digits stay single tokens, as in Qwen2).
+
+    It is a real `Qwen2Tokenizer`, so `AutoTokenizer` reloads it exactly as it would a hub Qwen2.
+    """
+    from transformers import Qwen2Tokenizer
+
+    tok = Qwen2Tokenizer().train_new_from_iterator(list(texts), vocab_size=vocab_size, new_special_tokens=[PAD])
+    tok.pad_token = PAD
+    tok.padding_side = "left"
+    return tok
+
+
+def build_model(vocab_size: int, spec: TinySpec, tokenizer) -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.layers,
+        num_attention_heads=spec.heads,
+        num_key_value_heads=spec.kv_heads,
+        max_position_embeddings=spec.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+    )
+    torch.manual_seed(spec.seed)
+    return Qwen2ForCausalLM(cfg)
+
+
+def cache_key(pairs: Sequence[tuple[str, str]], spec: TinySpec) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps([BUILD_VERSION, asdict(spec)]).encode())
+    for q, a in pairs:
+        h.update(q.encode() + b"\x00" + a.encode() + b"\x01")
+    return h.hexdigest()[:16]
+
+
+def _batch(tokenizer, pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, ...]:
+    """Right-padded (B, T) ids, mask and labels; the loss falls on the answer and its <eos> only."""
+    rows, labels = [], []
+    for q, a in pairs:
+        p = tokenizer(format_prompt(q, tokenizer), add_special_tokens=False)["input_ids"]
+        c = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        labels.append([-100] * len(p) + c)
+    width = max(map(len, rows))
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    lab = torch.tensor([r + [-100] * (width - len(r)) for r in labels])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    return ids, mask, lab
+
+
+def pretrain(model, tokenizer, pairs: Sequence[tuple[str, str]], spec: TinySpec,
+             progress: Callable[[int, float], None] | None = None) -> list[float]:
+    """Supervised next-token training on (question, answer) pairs with cosine decay; returns losses."""
+    rng = random.Random(spec.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
+    losses = []
+    model.train()
+    for step in range(spec.pretrain_steps):
+        lr = spec.lr * 0.5 * (1 + math.cos(math.pi * step / spec.pretrain_steps))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        ids, mask, lab = _batch(tokenizer, rng.sample(list(pairs), min(spec.batch_size, len(pairs))))
+        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        losses.append(loss.item())
+        if progress:
+            progress(step + 1, losses[-1])
+    model.eval()
+    return losses
+
+
+def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: TinySpec | None = None,
+                progress: Callable[[int, float], None] | None = None) -> Path:
+    """Build (or reuse from cache) the tiny model for these training pairs; return its folder."""
+    spec = spec or TinySpec()
+    out = Path(cache_dir) / f"tiny-{cache_key(pairs, spec)}"
+    if (out / "config.json").is_file() and (out / "build.json").is_file():
+        return out
+    t0 = time.time()
+    tokenizer = build_tokenizer([format_prompt(q, None) + a for q, a in pairs], spec.vocab_size)
+    model = build_model(len(tokenizer), spec, tokenizer)
+    losses = pretrain(model, tokenizer, pairs, spec, progress)
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    info = {"spec": asdict(spec), "pairs": len(pairs), "final_loss": losses[-1] if losses else None,
+            "seconds": round(time.time() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
+    (tmp / "build.json").write_text(json.dumps(info, indent=2))
+    tmp.rename(out) if not out.exists() else None
+    return out
