@@ -11,7 +11,6 @@ setup: $(STAMP)
 # torch first, pinned: the CPU build that lies on this disk (a bare `torch` would pull a CUDA build)
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
 	touch $(STAMP)

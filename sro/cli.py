@@ -58,6 +58,9 @@ def search(
     except _user_errors() as e:
         _fail(str(e))
         return
+    except KeyboardInterrupt:
+        _fail("search interrupted; finished trials are kept — rerun the same command to resume", 130)
+        return
     _show_table(summary.run_dir)
     base = summary.base_scores
     winners = [r for r in summary.trials if r.state == "complete" and base

@@ -68,6 +68,9 @@ class BenchmarkConfig(SourceConfig):
     name: str = Field(description="benchmark name, unique within its domain")
     size: int = Field(100, gt=0, description="number of held-out items")
     metric: Literal["accuracy"] = Field("accuracy", description="what the score means")
+    decontaminate: bool = Field(
+        False, description="also drop this benchmark's exact questions from every training stream "
+        "(held-out seeds are always disjoint; this matters for generators with a small problem space)")
 
     @field_validator("name")
     @classmethod
@@ -105,7 +108,7 @@ class RuntimeConfig(_Strict):
     max_new_tokens: int = Field(8, gt=0, description="completion length for rollouts and evaluation")
     eval_batch_size: int = Field(64, gt=0)
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
-    tiny_pretrain_steps: int = Field(1000, ge=0, description="pre-training steps of the embedded `tiny` model")
+    tiny_pretrain_steps: int = Field(800, ge=0, description="pre-training steps of the embedded `tiny` model")
 
 
 class ProjectConfig(_Strict):

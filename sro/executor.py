@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from evaluators.benchmark import Benchmark
-from evaluators.sources import Task, derive_seed, make_task
+from evaluators.sources import Task, derive_seed, make_task, normalize
 from sro.config import ProjectConfig
 from sro.recipe import Recipe
 from trainers.evaluate import evaluate
@@ -23,6 +23,7 @@ from trainers.models import load_policy
 from trainers.tiny import TinySpec, ensure_tiny
 
 PRETRAIN_PAIRS = 4000
+OVERLAP_PROBE = 2000
 
 
 class TrialFailed(RuntimeError):
@@ -45,6 +46,9 @@ class SearchContext:
     benchmarks: dict[str, Benchmark]
     tasks: dict[str, list[Task]]
     exclude: set[str]
+    overlap: dict[str, float] = field(default_factory=dict)
+    """Per benchmark: share of its questions that also occur among the first OVERLAP_PROBE items of
+    its domain's training streams (same text, other seeds: small problem spaces repeat)."""
 
     @classmethod
     def prepare(cls, project: ProjectConfig, cache_dir: str | Path,
@@ -60,7 +64,15 @@ class SearchContext:
                     b.name, b.spec(project.base_dir), b.size, project.seed, dname, b.metric)
             tasks[dname] = [make_task(s.spec(project.base_dir), derive_seed(project.seed, "train", dname, i))
                             for i, s in enumerate(dom.sources)]
-        exclude = set().union(*(b.questions() for b in benchmarks.values()))
+        decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks if b.decontaminate}
+        exclude = set().union(*(b.questions() for k, b in benchmarks.items() if k in decon))
+        overlap = {}
+        for key, bench in benchmarks.items():
+            seen = {normalize(t.item(i).question) for t in tasks[key.split("/")[0]] for i in range(OVERLAP_PROBE)}
+            overlap[key] = round(len((bench.questions() - exclude) & seen) / max(1, len(bench.questions())), 3)
+            if overlap[key] > 0:
+                log(f"{key}: {overlap[key]:.0%} of its questions also occur in training streams (disjoint seeds, "
+                    "small problem space); `decontaminate: true` excludes them from training")
         base_path = project.base_model
         if project.base_model == "tiny":
             mix = Mixture(tasks, seed=project.seed, exclude_questions=exclude)
@@ -69,7 +81,7 @@ class SearchContext:
             log(f"base model: tiny (Qwen2 architecture), pre-training on {len(pairs)} items of the project's "
                 f"sources for {spec.pretrain_steps} steps; cached under {cache_dir}")
             base_path = str(ensure_tiny(pairs, cache_dir, spec, pretrain_progress))
-        return cls(project, base_path, benchmarks, tasks, exclude)
+        return cls(project, base_path, benchmarks, tasks, exclude, overlap)
 
     def score(self, model, tokenizer) -> dict[str, float]:
         rt = self.project.runtime

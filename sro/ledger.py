@@ -2,7 +2,7 @@
 default, any SQLAlchemy URL otherwise), so a crash or a kill never loses a finished trial.
 
 Each trial keeps its recipe (user attr `recipe`), per-objective values, the learning curve, the cost
-and, on failure, the reason. Trials left RUNNING by a process that died are marked FAIL
+and, on failure, the reason. Trials left RUNNING by a process of this host that died are marked FAIL
 (`interrupted`) on the next open, and their recipes are run again first.
 """
 
@@ -69,7 +69,7 @@ class Ledger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         url = project.storage or f"sqlite:///{self.run_dir / 'study.db'}"
-        self.storage = optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+        self.storage = optuna.storages.RDBStorage(url)
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
         self.study = optuna.create_study(study_name=project.name, storage=self.storage,
@@ -89,7 +89,6 @@ class Ledger:
     # --- trials -------------------------------------------------------------------------------
     def _recover_orphans(self) -> None:
         host = socket.gethostname()
-        optuna.storages.fail_stale_trials(self.study)
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
             if thost == host and pid is not None and not _alive(int(pid)):
@@ -121,6 +120,13 @@ class Ledger:
              curve: list[dict[str, float]]) -> None:
         trial.set_user_attr("message", message[:2000])
         trial.set_user_attr("cost", cost)
+        trial.set_user_attr("curve", curve)
+        self.study.tell(trial, state=TrialState.FAIL)
+
+    def interrupt(self, trial: optuna.Trial, curve: list[dict[str, float]]) -> None:
+        """A trial stopped by the user: recorded as interrupted so the next search runs it again."""
+        trial.set_user_attr("message", "interrupted by the user")
+        trial.set_user_attr("interrupted", True)
         trial.set_user_attr("curve", curve)
         self.study.tell(trial, state=TrialState.FAIL)
 

@@ -26,7 +26,7 @@ th{background:#f3f3f3}tr.front{background:#eaf6ea}tr.failed{color:#a33}td.l{text
 <h1>SRO search: {{ name }}</h1>
 <p class="note">base model <b>{{ base_model }}</b> · {{ n_complete }} complete / {{ n_total }} trials ·
 objectives: {{ objectives }} · budget spent: {{ spent }}</p>
-<h2>Base model (held-out)</h2><p>{{ base_line }}</p>
+<h2>Base model (held-out)</h2><p>{{ base_line }}</p>{% if overlap_line %}<p class="note">{{ overlap_line }}</p>{% endif %}
 <h2>Pareto front</h2>{{ front_div }}
 <h2>Learning curves</h2>{{ curve_div }}
 <h2>Trials</h2><p class="note">green rows are Pareto-optimal over all objectives; ✔ marks a trial that
@@ -46,7 +46,7 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
         raise FileNotFoundError(f"{run_dir} has no project.yaml; is it a folder written by `sro search`?")
     data = yaml.safe_load(proj_path.read_text())
     ledger = Ledger(ProjectConfig.model_validate(data), run_dir)
-    info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent()}
+    info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(), "overlap": ledger.get("overlap", {})}
     return data, ledger.records(), info
 
 
@@ -128,6 +128,8 @@ def write_report(run_dir: str | Path) -> Path:
         objectives=", ".join(f"{k} ({d})" for k, d in objectives),
         spent=f"{spent.wall_s:.0f}s wall, {spent.trials} trials",
         base_line="  ·  ".join(f"{k}: {v:.3f}" for k, v in base.items()) or "(not scored yet)",
+        overlap_line="; ".join(f"{k}: {v:.0%} of questions also occur in training (other seeds)"
+                               for k, v in info["overlap"].items() if v > 0),
         front_div=front_div, curve_div=curve_div, header=header, rows=rows)
     out = run_dir / "report.html"
     out.write_text(page)

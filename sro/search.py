@@ -50,6 +50,11 @@ def _fmt_scores(scores: dict[str, float]) -> str:
     return "  ".join(f"{k}={v:.3f}" for k, v in scores.items())
 
 
+def _progress(console: Console) -> Progress:
+    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                    TimeElapsedColumn(), console=console)
+
+
 def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "runs",
                optimizer: str = "random", console: Console | None = None) -> SearchSummary:
     console = console or Console()
@@ -70,14 +75,22 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         return SearchSummary(run_dir, ledger.get("base_scores", {}), history, reason)
 
     t0 = time.monotonic()
-    with console.status("preparing benchmarks, data streams and the base model ..."):
-        ctx = SearchContext.prepare(project, runs_root / ".cache", log=console.print)
+    console.print("preparing benchmarks, data streams and the base model ...")
+    with _progress(console) as pp:
+        pre = pp.add_task("pre-training tiny", total=project.runtime.tiny_pretrain_steps, info="", visible=False)
+
+        def pretrain_progress(step: int, loss: float) -> None:
+            pp.update(pre, completed=step, info=f"loss {loss:.3f}", visible=True)
+
+        ctx = SearchContext.prepare(project, runs_root / ".cache", log=pp.console.print,
+                                    pretrain_progress=pretrain_progress)
     base = ledger.get("base_scores")
     if base is None or ledger.get("base_path") != ctx.base_path:
         with console.status("scoring the base model on the held-out benchmarks ..."):
             base = ctx.score_base()
         ledger.put("base_scores", base)
         ledger.put("base_path", ctx.base_path)
+    ledger.put("overlap", ctx.overlap)
     ledger.put("setup_wall_s", float(ledger.get("setup_wall_s", 0.0)) + time.monotonic() - t0)
     console.print(f"base model held-out: {_fmt_scores(base)}")
 
@@ -86,8 +99,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     retry = [r.recipe for r in history if r.state == "interrupted" and r.recipe.key not in finished_keys]
     retry = list({r.key: r for r in retry}.values())
 
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                        TimeElapsedColumn(), console=console)
+    progress = _progress(console)
     with progress:
         bar = progress.add_task("search", total=1.0, info=str(budget))
         while True:
@@ -117,6 +129,11 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 mark = "[green]beats base on every benchmark[/]" if beats else ""
                 progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                        f"({out.cost['wall_s']:.0f}s) {mark}")
+            except KeyboardInterrupt:
+                ledger.interrupt(trial, curve)
+                progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
+                                       "kept, rerun the same command to resume")
+                raise
             except (TrialFailed, ValueError, RuntimeError) as e:
                 msg = f"{type(e).__name__}: {e}"
                 ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from evaluators.registry import Registry
 from trainers.core import ADVANTAGES, AGGREGATIONS, POLICY_LOSSES, k3_kl
 from trainers.mixture import Mixture
 from trainers.prompts import format_prompt
@@ -52,6 +53,12 @@ class GRPOConfig:
     grad_clip: float = 1.0
     """Max global gradient norm."""
     weight_decay: float = 0.0
+    warmup_steps: int = 5
+    """Linear learning-rate warm-up over the first generation batches, so Adam's first, sign-like
+    steps are small while its second-moment estimate fills in."""
+    optimizer: str = "adamw"
+    """adamw, or sgd (momentum 0.9): steps proportional to the gradient, so weights the reward says
+    nothing about barely move — gentler on a small model than Adam's sign-like first steps."""
     seed: int = 0
     max_seconds: float | None = None
     """Stop early (at a step boundary) after this many seconds."""
@@ -73,8 +80,15 @@ class GRPOConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS.names()} (got {self.aggregation!r})")
         if (self.prompts_per_step * self.group_size) < self.minibatches:
             problems.append("minibatches cannot exceed prompts_per_step × group_size")
+        if self.optimizer not in ("adamw", "sgd"):
+            problems.append(f"optimizer must be adamw or sgd (got {self.optimizer!r})")
         if problems:
             raise ValueError("GRPOConfig: " + "; ".join(problems))
+
+
+OPTIMIZERS: Registry = Registry("optimizer")
+OPTIMIZERS.add("adamw", lambda params, c: torch.optim.AdamW(params, lr=c.lr, weight_decay=c.weight_decay))
+OPTIMIZERS.add("sgd", lambda params, c: torch.optim.SGD(params, lr=c.lr, momentum=0.9, weight_decay=c.weight_decay))
 
 
 class GRPOTrainer:
@@ -82,7 +96,7 @@ class GRPOTrainer:
 
     def __init__(self, model, tokenizer, config: GRPOConfig, mixture: Mixture) -> None:
         self.model, self.tok, self.cfg, self.mixture = model, tokenizer, config, mixture
-        self.opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+        self.opt = OPTIMIZERS.get(config.optimizer)(model.parameters(), config)
         self.ref = None
         if config.beta > 0:  # a frozen reference costs a model copy, so only when the KL is on
             self.ref = copy.deepcopy(model).eval()
@@ -90,6 +104,7 @@ class GRPOTrainer:
                 p.requires_grad_(False)
         self.samples = 0
         self.tokens = 0
+        self.step_count = 0
         torch.manual_seed(config.seed)
 
     def _rollout(self):
@@ -106,6 +121,9 @@ class GRPOTrainer:
     def step(self) -> dict[str, float]:
         """One generation batch and its optimizer steps; returns the step's metrics."""
         cfg = self.cfg
+        self.step_count += 1
+        for g in self.opt.param_groups:
+            g["lr"] = cfg.lr * min(1.0, self.step_count / max(1, cfg.warmup_steps))
         ro, rewards = self._rollout()
         dev = ro.input_ids.device
         adv = ADVANTAGES.get(cfg.scale_rewards)(rewards, cfg.group_size).to(dev)  # (N,)

@@ -7,6 +7,9 @@ import os
 from pathlib import Path
 
 import torch
+from transformers.utils import logging as hf_logging
+
+hf_logging.disable_progress_bar()  # SRO draws its own progress; per-load bars would flood the log
 
 
 class ModelLoadError(RuntimeError):

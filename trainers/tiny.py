@@ -20,10 +20,11 @@ from pathlib import Path
 
 import torch
 
+import trainers.models  # noqa: F401  (quiets transformers' load/save bars)
 from trainers.prompts import format_prompt
 
 PAD = "<|pad|>"
-BUILD_VERSION = 1  # bump when the recipe below changes, so caches rebuild
+BUILD_VERSION = 4  # bump when the recipe below changes, so caches rebuild
 
 
 @dataclass(frozen=True)
@@ -36,11 +37,14 @@ class TinySpec:
     kv_heads: int = 2
     intermediate_size: int = 384
     max_positions: int = 512
-    vocab_size: int = 512
+    vocab_size: int = 300
+    """Byte-level BPE: 256 bytes, the pad token and a few dozen merges of the sources' templates."""
     pretrain_steps: int = 250
     """Brief on purpose: the model should know the formats, not master the tasks."""
     batch_size: int = 32
     lr: float = 2e-3
+    habit_rate: float = 0.6
+    """Share of pre-training answers written with the weak teacher's habit (see `with_habit`)."""
     seed: int = 0
 
 
@@ -55,6 +59,22 @@ def build_tokenizer(texts: Sequence[str], vocab_size: int = 512):
     tok.pad_token = PAD
     tok.padding_side = "left"
     return tok
+
+
+def wordy(answer: str) -> str:
+    """The weak teacher's habit: a sentence around the answer, which a strict verifier rejects."""
+    return f"The answer is {answer}"
+
+
+def with_habit(pairs: Sequence[tuple[str, str]], rate: float, seed: int) -> list[tuple[str, str]]:
+    """Give a `rate` share of the pre-training answers the weak teacher's habit.
+
+    This is what leaves the base model room to improve in a way that carries to held-out items: it
+    learns the tasks and, beside them, a formatting habit that a strict verifier rejects — as real
+    base models wrap answers in prose — and only the verifier's reward tells the two apart.
+    """
+    rng = random.Random(f"habit-{seed}")  # not `seed` itself: that stream also drew the items' domains
+    return [(q, wordy(a) if rng.random() < rate else a) for q, a in pairs]
 
 
 def build_model(vocab_size: int, spec: TinySpec, tokenizer) -> torch.nn.Module:
@@ -133,9 +153,10 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     if (out / "config.json").is_file() and (out / "build.json").is_file():
         return out
     t0 = time.time()
-    tokenizer = build_tokenizer([format_prompt(q, None) + a for q, a in pairs], spec.vocab_size)
+    corpus = with_habit(pairs, spec.habit_rate, spec.seed)
+    tokenizer = build_tokenizer([format_prompt(q, None) + a for q, a in corpus], spec.vocab_size)
     model = build_model(len(tokenizer), spec, tokenizer)
-    losses = pretrain(model, tokenizer, pairs, spec, progress)
+    losses = pretrain(model, tokenizer, corpus, spec, progress)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

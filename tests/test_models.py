@@ -1,0 +1,53 @@
+"""The embedded model is a real Qwen2 checkpoint: it loads through AutoModelForCausalLM/AutoTokenizer
+like any local folder or hub id, and its cache is keyed by what it was built from."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from trainers.models import ModelLoadError, load_policy
+from trainers.rollout import completion_logprobs, generate
+from trainers.tiny import TinySpec, ensure_tiny, with_habit, wordy
+
+PAIRS = [(f"Calculate {a} + {b}.", str(a + b)) for a in range(10) for b in range(10)]
+SPEC = TinySpec(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, pretrain_steps=5,
+                batch_size=8, vocab_size=270)
+
+
+def test_tiny_builds_caches_and_loads_as_hf_folder(tmp_path):
+    path = ensure_tiny(PAIRS, tmp_path, SPEC)
+    info = json.loads((path / "build.json").read_text())
+    assert info["pairs"] == len(PAIRS) and info["spec"]["habit_rate"] == SPEC.habit_rate
+    assert ensure_tiny(PAIRS, tmp_path, SPEC) == path  # cached: same inputs, same folder
+    assert ensure_tiny(PAIRS[:-1], tmp_path, SPEC) != path  # other sources, other model
+
+    model, tok = load_policy(str(path), device="cpu")
+    assert type(model).__name__ == "Qwen2ForCausalLM" and type(tok).__name__ == "Qwen2Tokenizer"
+    text = "Calculate 3 + 4.\nAnswer: 7"
+    assert tok.decode(tok(text)["input_ids"]) == text  # whitespace and digits survive the round trip
+    ro = generate(model, tok, ["Calculate 1 + 2.\nAnswer: ", "Calculate 10 + 20 + 30.\nAnswer: "],
+                  group_size=3, max_new_tokens=4)
+    assert ro.input_ids.shape[0] == 6 and ro.completion_mask.shape == (6, ro.input_ids.shape[1] - ro.prompt_len)
+    lp, ent = completion_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, with_entropy=True)
+    assert lp.shape == ro.completion_mask.shape and torch.all(lp <= 0) and torch.all(ent >= 0)
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    with pytest.raises(ModelLoadError, match="cannot load"):
+        load_policy(str(tmp_path / "no-such-model"), device="cpu")
+
+
+def test_weak_teacher_habit():
+    assert wordy("7") == "The answer is 7"
+    assert with_habit(PAIRS, rate=0.0, seed=0) == PAIRS
+    assert all(a == f"The answer is {b}" for (_, a), (_, b) in zip(with_habit(PAIRS, rate=1.0, seed=0), PAIRS))
+    half = [a != b for (_, a), (_, b) in zip(with_habit(PAIRS, rate=0.5, seed=0), PAIRS)]
+    assert 30 < sum(half) < 70
+    # the habit must not follow the order items were drawn in (domains are drawn from `seed` too)
+    import random
+    order = random.Random(0)
+    first_half = [order.random() < 0.5 for _ in PAIRS]
+    assert sum(h == f for h, f in zip(half, first_half)) < 70
