@@ -24,6 +24,13 @@ class ConfigError(ValueError):
     """A problem in a project file, phrased as `file: key.path: what is wrong; how to fix it`."""
 
 
+def _plain_name(value: str, what: str) -> str:
+    """Names that become file and key parts: letters, digits, _ . - only."""
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
+        raise ValueError(f"{what} {value!r} may only use letters, digits, _ . -")
+    return value
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -72,12 +79,7 @@ class BenchmarkConfig(SourceConfig):
         False, description="also drop this benchmark's exact questions from every training stream "
         "(held-out seeds are always disjoint; this matters for generators with a small problem space)")
 
-    @field_validator("name")
-    @classmethod
-    def _name_ok(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
-            raise ValueError(f"benchmark name {v!r} may only use letters, digits, _ . -")
-        return v
+    _name_ok = field_validator("name")(lambda v: _plain_name(v, "benchmark name"))
 
 
 class DomainConfig(_Strict):
@@ -123,12 +125,7 @@ class ProjectConfig(_Strict):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
-    @field_validator("name")
-    @classmethod
-    def _name_ok(cls, v: str) -> str:
-        if not re.fullmatch(r"[A-Za-z0-9_.-]+", v):
-            raise ValueError(f"name {v!r} must be a folder name (letters, digits, _ . -)")
-        return v
+    _name_ok = field_validator("name")(lambda v: _plain_name(v, "name (a folder under runs/)"))
 
     @field_validator("budget")
     @classmethod

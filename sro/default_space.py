@@ -20,7 +20,7 @@ def default_space(project: ProjectConfig) -> RecipeSpace:
         Param("lr", "float", lr_low, lr_high, log=True, rationale="the most sensitive knob; log scale"),
         Param("group_size", "int", 4, 12, rationale="G: larger groups give a steadier baseline but cost more rollouts"),
         Param("prompts_per_step", "int", 8, 16, rationale="P: prompts per generation batch"),
-        Param("steps", "int", 20, 50, rationale="generation batches per trial, sized for the CPU budget"),
+        Param("steps", "int", 20, 60, rationale="generation batches per trial, sized for the CPU budget"),
         Param("eps", "float", 0.1, 0.3, rationale="symmetric clip range ε"),
         Param("beta", "float", 0.0, 0.05, rationale="k3 KL to the base model; 0 keeps no reference copy"),
         Param("temperature", "float", 0.7, 1.3, rationale="rollout temperature: exploration vs on-target samples"),

@@ -68,14 +68,15 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
                         colorbar=dict(title="cost (s)"), line=dict(width=1, color="#333")),
             text=[f"trial {r.number}" for r in done], hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
         order = np.argsort(pts[front, 0])
-        fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order], mode="lines",
-                                 name="Pareto front", line=dict(color="#2a7", width=2, shape="hv")))
+        fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order], mode="lines+markers",
+                                 name="Pareto front", line=dict(color="#2a7", width=2, shape="hv"),
+                                 marker=dict(size=19, symbol="circle-open", color="#2a7", line=dict(width=2))))
     if x_key in base and (y_key in base):
         fig.add_trace(go.Scatter(x=[base[x_key]], y=[base[y_key]], mode="markers+text", name="base model",
                                  text=["base"], textposition="top center",
                                  marker=dict(symbol="star", size=18, color="crimson")))
     fig.update_layout(xaxis_title=x_key, yaxis_title=y_key if y_key != "cost" else "cost (wall s)",
-                      height=480, margin=dict(t=20))
+                      height=480, margin=dict(t=40), legend=dict(orientation="h", y=1.08, x=0))
     return fig
 
 

@@ -121,3 +121,8 @@ def test_budget_accounting():
     assert "wall time" in b.exhausted(Spent(wall_s=601, trials=1))
     assert b.remaining_wall_s(Spent(wall_s=500)) == 100
     assert b.fraction_used(Spent(wall_s=300, trials=1)) == pytest.approx(0.5)
+
+
+def test_bad_project_name(micro_project):
+    msg = _err(micro_project, lambda d: d.update(name="my run"))
+    assert "name" in msg and "letters, digits" in msg

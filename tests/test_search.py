@@ -78,6 +78,16 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     r = run("export", str(runs / "micro"), "--trial", "9", cwd=tmp_path)
     assert r.returncode == 2 and "no trial 9" in r.stderr
 
+    # the exported recipe reproduces outside the search
+    recipe = tmp_path / "recipe.yaml"
+    r = run("export", str(runs / "micro"), "--trial", "1", "--out", str(recipe), cwd=tmp_path)
+    assert r.returncode == 0
+    r = run("train", str(recipe), "--runs", str(runs), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "arithmetic/add" in r.stdout and "base" in r.stdout
+    r = run("train", str(project), cwd=tmp_path)  # a project file is not a recipe
+    assert r.returncode == 2 and "not a recipe file" in r.stderr
+
 
 def test_interrupted_trial_is_marked_and_kept_apart(micro_project, tmp_path):
     project = load_project(micro_project("orphan"))
