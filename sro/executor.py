@@ -17,6 +17,7 @@ from evaluators.sources import Task, derive_seed, make_task, normalize
 from sro.config import ProjectConfig
 from sro.recipe import Recipe
 from trainers.evaluate import evaluate
+from trainers.algorithms import config_for
 from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.mixture import Mixture
 from trainers.models import load_policy
@@ -93,35 +94,22 @@ class SearchContext:
         return self.score(model, tok)
 
 
-def grpo_config(recipe: Recipe, seed: int, max_seconds: float | None) -> GRPOConfig:
-    eps = float(recipe.get("eps", 0.2))
-    return GRPOConfig(
-        lr=float(recipe.get("lr", 1e-3)),
-        steps=int(recipe.get("steps", 30)),
-        group_size=int(recipe.get("group_size", 8)),
-        prompts_per_step=int(recipe.get("prompts_per_step", 8)),
-        beta=float(recipe.get("beta", 0.0)),
-        eps_low=float(recipe.get("eps_low", eps)),
-        eps_high=float(recipe.get("eps_high", eps)),
-        scale_rewards=str(recipe.get("scale_rewards", "group")),
-        aggregation=str(recipe.get("aggregation", "seq_mean")),
-        temperature=float(recipe.get("temperature", 1.0)),
-        max_new_tokens=int(recipe.get("max_new_tokens", 8)),
-        seed=seed,
-        max_seconds=max_seconds,
-    )
+def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None) -> GRPOConfig:
+    """The recipe's algorithm (default grpo) as a validated trainer config; `TrialFailed` if invalid."""
+    try:
+        return config_for(str(recipe.get("algorithm", "grpo")), {**recipe.fixed, **recipe.values},
+                          seed=seed, max_seconds=max_seconds)
+    except (KeyError, ValueError, TypeError) as e:
+        raise TrialFailed(f"recipe {recipe.key} is not a valid trainer config: {e}") from None
 
 
 def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = None,
               on_step: Callable[[int, dict[str, float]], None] | None = None) -> TrialOutcome:
     """Train the base model with `recipe`, then score it; raise `TrialFailed` if training diverges."""
-    algorithm = recipe.get("algorithm", "grpo")
-    if algorithm != "grpo":
-        raise TrialFailed(f"algorithm {algorithm!r} is not available in this version; use grpo")
+    cfg = trainer_config(recipe, ctx.project.seed, max_seconds)
     t0 = time.monotonic()
     project = ctx.project
     model, tok = load_policy(ctx.base_path, project.runtime.device)
-    cfg = grpo_config(recipe, project.seed, max_seconds)
     mixture = Mixture(ctx.tasks, recipe.mixture(list(project.domains)), seed=project.seed,
                       exclude_questions=ctx.exclude)
     trainer = GRPOTrainer(model, tok, cfg, mixture)

@@ -1,5 +1,7 @@
-"""The composable core of the trainer layer: advantage estimators, policy losses and loss aggregations,
-each a small function registered by role (ALGORITHMS.md §1). An algorithm is a named combination.
+"""The composable core of the trainer layer: advantage estimators and loss aggregations, each a small
+function registered by role (ALGORITHMS.md §1), and the clipped surrogate and k3 KL they build on.
+Policy losses are registered in `trainers.losses`; an algorithm (`trainers.algorithms`) is a named
+combination.
 
 Shapes: G samples per group, P groups, N = P·G sequences, C completion tokens.
 """
@@ -11,7 +13,6 @@ import torch
 from evaluators.registry import Registry
 
 ADVANTAGES: Registry = Registry("advantage estimator")
-POLICY_LOSSES: Registry = Registry("policy loss")
 AGGREGATIONS: Registry = Registry("loss aggregation")
 
 EPS_STD = 1e-4
@@ -53,7 +54,6 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(q) - q - 1
 
 
-@POLICY_LOSSES.register("clip")
 def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
                       eps_low: float = 0.2, eps_high: float = 0.2) -> torch.Tensor:
     """PPO/GRPO per-token loss −min(r·A, clip(r, 1−ε_low, 1+ε_high)·A). (N, C) each; adv (N, C)."""

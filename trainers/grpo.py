@@ -9,15 +9,16 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import torch
 
 from evaluators.registry import Registry
-from trainers.core import ADVANTAGES, AGGREGATIONS, POLICY_LOSSES, k3_kl
+from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
+from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings
 from trainers.mixture import Mixture
 from trainers.prompts import format_prompt
-from trainers.rollout import completion_logprobs, generate
+from trainers.rollout import Rollouts, completion_logprobs, generate
 
 
 @dataclass
@@ -44,6 +45,12 @@ class GRPOConfig:
     """Sampling temperature of rollouts."""
     max_new_tokens: int = 8
     """Completion length limit; longer completions are truncated."""
+    policy_loss: str = "clip"
+    """Per-token loss from trainers.losses: clip (GRPO/PPO), pg, cispo or proximal_kl."""
+    prox: ProxKLSettings = field(default_factory=ProxKLSettings)
+    """Proximal KL knobs (used when policy_loss is proximal_kl)."""
+    staleness: int = 0
+    """Train on the batch generated this many updates ago (the off-policy regime of async RL)."""
     mask_truncated: bool = False
     """Drop truncated completions from the loss (DAPO's overlong masking)."""
     num_iterations: int = 1
@@ -74,6 +81,12 @@ class GRPOConfig:
             problems.append(f"group_size must be >= 2 for a group baseline (got {self.group_size})")
         if self.beta < 0 or self.eps_low < 0 or self.eps_high < 0 or self.temperature <= 0:
             problems.append("beta, eps_low, eps_high must be >= 0 and temperature > 0")
+        if self.staleness < 0:
+            problems.append(f"staleness must be >= 0 (got {self.staleness})")
+        if self.policy_loss not in POLICY_LOSSES:
+            problems.append(f"policy_loss must be one of {POLICY_LOSSES.names()} (got {self.policy_loss!r})")
+        if isinstance(self.prox, dict):
+            self.prox = ProxKLSettings(**self.prox)
         if self.scale_rewards not in ADVANTAGES:
             problems.append(f"scale_rewards must be one of {ADVANTAGES.names()} (got {self.scale_rewards!r})")
         if self.aggregation not in AGGREGATIONS:
@@ -105,18 +118,36 @@ class GRPOTrainer:
         self.samples = 0
         self.tokens = 0
         self.step_count = 0
+        self._queue: list[tuple[Rollouts, torch.Tensor, torch.Tensor | None]] = []
         torch.manual_seed(config.seed)
 
-    def _rollout(self):
+    def _needs_behaviour_logp(self) -> bool:
+        """μ differs from π_θ only under staleness or reuse; then it is kept (losses and metrics read it)."""
+        cfg = self.cfg
+        return cfg.staleness > 0 or cfg.num_iterations > 1 or cfg.minibatches > 1
+
+    def _rollout(self) -> tuple[Rollouts, torch.Tensor, torch.Tensor | None]:
+        """Generate one batch; return it, its rewards (N,) and log μ (N, C) when it will be needed."""
         batch = self.mixture.sample(self.cfg.prompts_per_step)
         prompts = [format_prompt(item.question, self.tok) for _, item in batch]
         self.model.eval()
         ro = generate(self.model, self.tok, prompts, self.cfg.group_size, self.cfg.temperature,
                       self.cfg.max_new_tokens)
         G = self.cfg.group_size
-        rewards = torch.tensor([task.score(item, ro.texts[i]) for i, (task, item) in
-                                ((i, batch[i // G]) for i in range(len(ro.texts)))], dtype=torch.float32)
-        return ro, rewards
+        rewards = torch.tensor([batch[i // G][0].score(batch[i // G][1], text) for i, text in enumerate(ro.texts)],
+                               dtype=torch.float32)
+        behav = None
+        if self._needs_behaviour_logp():
+            with torch.no_grad():
+                behav = completion_logprobs(self.model, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
+        return ro, rewards, behav
+
+    def _next_batch(self) -> tuple[Rollouts, torch.Tensor, torch.Tensor | None]:
+        """The batch generated `staleness` updates ago (the queue is filled on the first step)."""
+        self._queue.append(self._rollout())
+        while len(self._queue) <= self.cfg.staleness:
+            self._queue.append(self._rollout())
+        return self._queue.pop(0)
 
     def step(self) -> dict[str, float]:
         """One generation batch and its optimizer steps; returns the step's metrics."""
@@ -124,43 +155,47 @@ class GRPOTrainer:
         self.step_count += 1
         for g in self.opt.param_groups:
             g["lr"] = cfg.lr * min(1.0, self.step_count / max(1, cfg.warmup_steps))
-        ro, rewards = self._rollout()
+        ro, rewards, behav = self._next_batch()
         dev = ro.input_ids.device
         adv = ADVANTAGES.get(cfg.scale_rewards)(rewards, cfg.group_size).to(dev)  # (N,)
         mask = ro.completion_mask.float()  # (N, C)
         if cfg.mask_truncated:
             mask = mask * (~ro.truncated).float().unsqueeze(-1)
         with torch.no_grad():
-            old_logp = (completion_logprobs(self.model, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
-                        if cfg.num_iterations > 1 else None)
+            # π_prox: the policy as this update begins (a snapshot, ALGORITHMS.md §3)
+            prox = (completion_logprobs(self.model, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
+                    if behav is not None or cfg.policy_loss == "proximal_kl" else None)
             ref_logp = (completion_logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
                         if self.ref is not None else None)
         aggregate = AGGREGATIONS.get(cfg.aggregation)
-        policy_loss = POLICY_LOSSES.get("clip")
+        policy_loss = POLICY_LOSSES.get(cfg.policy_loss)
         self.model.train()
         N = ro.input_ids.shape[0]
-        stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0}
+        stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "stale_kl": 0.0}
         n_updates = 0
         for _ in range(cfg.num_iterations):
             for idx in torch.randperm(N).chunk(cfg.minibatches):
                 logp, ent = completion_logprobs(self.model, ro.input_ids[idx], ro.attention_mask[idx],
                                                 ro.prompt_len, with_entropy=True)  # (n, C)
-                old = old_logp[idx] if old_logp is not None else logp.detach()
-                a = adv[idx].unsqueeze(-1).expand_as(logp)  # broadcast to every token
-                tok_loss = policy_loss(logp, old, a, cfg.eps_low, cfg.eps_high)
+                p_logp = prox[idx] if prox is not None else logp.detach()
+                b_logp = behav[idx] if behav is not None else p_logp
+                m = mask[idx]
+                inputs = LossInputs(logp, b_logp, p_logp, adv[idx].unsqueeze(-1).expand_as(logp), m)
+                tok_loss = policy_loss(inputs, eps_low=cfg.eps_low, eps_high=cfg.eps_high, prox=cfg.prox)
                 kl = k3_kl(logp, ref_logp[idx]) if ref_logp is not None else torch.zeros_like(logp)
-                loss = aggregate(tok_loss + cfg.beta * kl, mask[idx])
+                loss = aggregate(tok_loss + cfg.beta * kl, m)
                 self.opt.zero_grad(set_to_none=True)
                 loss.backward()
                 gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
                 self.opt.step()
-                m = mask[idx]
-                ratio = torch.exp(logp.detach() - old)
+                ratio = torch.exp(logp.detach() - b_logp)
                 clipped = ((ratio < 1 - cfg.eps_low) | (ratio > 1 + cfg.eps_high)).float()
+                denom = m.sum().clamp(min=1)
                 stats["loss"] += loss.item()
-                stats["kl"] += float((kl.detach() * m).sum() / m.sum().clamp(min=1))
-                stats["entropy"] += float((ent.detach() * m).sum() / m.sum().clamp(min=1))
-                stats["clip_frac"] += float((clipped * m).sum() / m.sum().clamp(min=1))
+                stats["kl"] += float((kl.detach() * m).sum() / denom)
+                stats["entropy"] += float((ent.detach() * m).sum() / denom)
+                stats["clip_frac"] += float((clipped * m).sum() / denom)
+                stats["stale_kl"] += float(((p_logp - b_logp).abs() * m).sum() / denom)
                 stats["grad_norm"] += float(gn)
                 n_updates += 1
         self.model.eval()

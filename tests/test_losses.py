@@ -1,0 +1,89 @@
+"""Policy losses of trainers.losses on hand-computed tensors (ALGORITHMS.md §1, §3)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from trainers.core import AGGREGATIONS
+from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings, future_kl
+
+
+def _inputs(logp, behav=None, prox=None, adv=None, mask=None) -> LossInputs:
+    logp = torch.as_tensor(logp, dtype=torch.float32)
+    return LossInputs(logp, torch.as_tensor(behav if behav is not None else logp.detach()),
+                      torch.as_tensor(prox if prox is not None else logp.detach()),
+                      torch.as_tensor(adv, dtype=torch.float32), torch.as_tensor(mask if mask is not None else
+                                                                                 torch.ones_like(logp)))
+
+
+def test_pg_by_hand():
+    x = _inputs([[math.log(0.5), math.log(0.25)]], adv=[[2.0, -1.0]])
+    out = POLICY_LOSSES.get("pg")(x)
+    assert torch.allclose(out, torch.tensor([[-2 * math.log(0.5), math.log(0.25)]]))
+
+
+def test_cispo_weight_is_clipped_and_detached():
+    logp = torch.log(torch.tensor([[1.5, 0.5]])).requires_grad_(True)
+    x = LossInputs(logp, torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[1.0, 1.0]]), torch.ones(1, 2))
+    out = POLICY_LOSSES.get("cispo")(x, eps_low=0.2, eps_high=0.2)
+    # weights clip(1.5)=1.2 and clip(0.5)=0.8, both detached: d out / d logp = −w·A
+    assert torch.allclose(out, torch.tensor([[-1.2 * math.log(1.5), -0.8 * math.log(0.5)]]), atol=1e-6)
+    out.sum().backward()
+    assert torch.allclose(logp.grad, torch.tensor([[-1.2, -0.8]]), atol=1e-6)
+
+
+def test_future_kl_by_hand():
+    delta = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0]])
+    # H=2, γ=0.5: F_t = m_t·δ_t + 0.5·m_{t+1}·δ_{t+1}
+    assert torch.allclose(future_kl(delta, mask, 2, 0.5), torch.tensor([[2.0, 3.5, 3.0, 0.0]]))
+    # H=0 (whole tail), γ=1: suffix sums of m·δ
+    assert torch.allclose(future_kl(delta, mask, 0, 1.0), torch.tensor([[6.0, 5.0, 3.0, 0.0]]))
+
+
+def test_proximal_kl_reduces_to_reinforce_when_policies_agree():
+    """μ = π_prox = π_θ ⇒ δ = 0, w = 1, F = 0, ρ = 1: the loss and its gradient are REINFORCE's."""
+    torch.manual_seed(0)
+    logits = torch.randn(4, 3, 6, requires_grad=True)
+    target = torch.randint(0, 6, (4, 3))
+    rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
+    adv = (rewards - rewards.mean()).unsqueeze(-1).expand(4, 3)  # group baseline, one group of 4
+    mask = torch.ones(4, 3)
+
+    def logp_of(lg):
+        return torch.log_softmax(lg, -1).gather(-1, target.unsqueeze(-1)).squeeze(-1)
+
+    lp = logp_of(logits)
+    x = LossInputs(lp, lp.detach(), lp.detach(), adv, mask)
+    loss = AGGREGATIONS.get("token_mean")(POLICY_LOSSES.get("proximal_kl")(x, prox=ProxKLSettings()), mask)
+    loss.backward()
+    g_prox = logits.grad.clone()
+    logits.grad = None
+    lp = logp_of(logits)
+    ref = AGGREGATIONS.get("token_mean")(-adv * lp, mask)
+    ref.backward()
+    assert loss.item() == pytest.approx(ref.item())
+    assert torch.allclose(g_prox, logits.grad, atol=1e-7)
+
+
+def test_proximal_kl_staleness_weights_cap_and_mask():
+    prox = torch.log(torch.tensor([[0.6, 0.5, 0.9]]))
+    behav = torch.log(torch.tensor([[0.5, 0.1, 0.05]]))  # π_prox/μ = 1.2, 5 (> C_is), 18 (> C_mask)
+    x = LossInputs(prox.clone(), behav, prox, torch.ones(1, 3), torch.ones(1, 3))
+    s = ProxKLSettings(beta_p=0.0, c_is=2.0, c_mask=10.0)
+    out = POLICY_LOSSES.get("proximal_kl")(x, prox=s)
+    assert torch.allclose(out, torch.tensor([[-1.2 * math.log(0.6), -2.0 * math.log(0.5), 0.0]]), atol=1e-5)
+
+
+def test_proximal_kl_future_credit_shifts_the_advantage():
+    prox = torch.zeros(1, 3)
+    logp = torch.tensor([[0.5, 0.0, 0.0]])  # δ = [0.5, 0, 0]; ρ_0 = min(e^0.5, C_prox)
+    x = LossInputs(logp, prox, prox, torch.ones(1, 3), torch.ones(1, 3))
+    s = ProxKLSettings(beta_p=1.0, horizon=2, bound=0.4, c_prox=10.0)
+    out = POLICY_LOSSES.get("proximal_kl")(x, prox=s)
+    # Ã_0 = 1 − clip(0.5, −0.4, 0.4) = 0.6; tokens 1, 2 have F = 0 and logp = 0
+    assert out[0, 0].item() == pytest.approx(-math.exp(0.5) * 0.6 * 0.5)
+    assert out[0, 1:].abs().sum().item() == 0.0

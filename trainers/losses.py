@@ -1,0 +1,105 @@
+"""Per-token policy losses, registered by name; each maps `LossInputs` to a (N, C) loss before
+aggregation. ALGORITHMS.md §1 (clipped surrogate), §3 (Proximal KL) and the baselines it names.
+
+Three policies may differ: μ sampled the rollout (`behav_logp`, possibly several updates old),
+π_prox is the proximal reference (`prox_logp`: the policy when this batch's update began), π_θ is
+being trained (`logp`, with gradient). With fresh rollouts and one update per batch all three agree.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from evaluators.registry import Registry
+from trainers.core import clipped_surrogate
+
+POLICY_LOSSES: Registry = Registry("policy loss")
+
+
+@dataclass
+class LossInputs:
+    """Tensors of one minibatch, all (N, C) except where noted."""
+
+    logp: torch.Tensor
+    """log π_θ(y_t), with gradient."""
+    behav_logp: torch.Tensor
+    """log μ(y_t): the policy that generated the rollout."""
+    prox_logp: torch.Tensor
+    """log π_prox(y_t): the policy at the start of this update."""
+    adv: torch.Tensor
+    """Per-token advantage Â_t."""
+    mask: torch.Tensor
+    """1 on trainable (policy-generated) tokens."""
+
+
+@dataclass
+class ProxKLSettings:
+    """Knobs of the Proximal KL loss (ALGORITHMS.md §3)."""
+
+    beta_p: float = 0.1
+    """β_p: weight of the future-KL credit subtracted from the advantage."""
+    horizon: int = 4
+    """H: tokens of future KL credited to each token (0 means the whole tail)."""
+    gamma: float = 1.0
+    """γ: discount inside the horizon."""
+    bound: float = 1.0
+    """B: the future-KL credit is clipped to [−B, B]."""
+    c_is: float = 2.0
+    """C_is: cap on the staleness weight π_prox/μ."""
+    c_mask: float = 10.0
+    """C_mask: tokens whose staleness ratio exceeds this get weight 0."""
+    c_prox: float = 2.0
+    """C_prox: cap on ρ_t = exp(sg(δ_t))."""
+
+
+@POLICY_LOSSES.register("clip")
+def clip_loss(x: LossInputs, eps_low: float = 0.2, eps_high: float = 0.2, **_: object) -> torch.Tensor:
+    """PPO/GRPO clipped surrogate with r = π_θ/μ (DeepSeekMath, arXiv 2402.03300)."""
+    return clipped_surrogate(x.logp, x.behav_logp, x.adv, eps_low, eps_high)
+
+
+@POLICY_LOSSES.register("pg")
+def pg_loss(x: LossInputs, **_: object) -> torch.Tensor:
+    """Plain policy gradient (REINFORCE with the given baseline): −Â·log π_θ; no off-policy correction."""
+    return -x.adv * x.logp
+
+
+@POLICY_LOSSES.register("cispo")
+def cispo_loss(x: LossInputs, eps_low: float = 0.2, eps_high: float = 0.2, **_: object) -> torch.Tensor:
+    """CISPO (MiniMax-M1, arXiv 2506.13585): −sg(clip(r, 1−ε_low, 1+ε_high))·Â·log π_θ.
+
+    The importance weight is clipped and detached, so every token keeps a gradient (PPO's clip
+    drops the gradient of clipped tokens altogether)."""
+    ratio = torch.exp(x.logp.detach() - x.behav_logp)
+    return -torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * x.adv * x.logp
+
+
+def future_kl(delta: torch.Tensor, mask: torch.Tensor, horizon: int, gamma: float) -> torch.Tensor:
+    """F_t = Σ_{k=t}^{min(T, t+H−1)} γ^{k−t}·m_k·δ_k, per row. (N, C) → (N, C); H = 0 means H = ∞."""
+    C = delta.shape[-1]
+    H = C if horizon <= 0 else min(horizon, C)
+    md = delta * mask
+    out = torch.zeros_like(md)
+    for j in range(H):  # shift-and-add: O(H·N·C), H is small
+        out[:, : C - j] += (gamma**j) * md[:, j:]
+    return out
+
+
+@POLICY_LOSSES.register("proximal_kl")
+def proximal_kl_loss(x: LossInputs, prox: ProxKLSettings | None = None, **_: object) -> torch.Tensor:
+    """Proximal KL (ALGORITHMS.md §3): −w_t·ρ_t·Ã_t·log π_θ(y_t), no whole-response ratio, no clip.
+
+    δ_t = log π_θ − log π_prox (stop-gradient where used as a weight); w_t = min(π_prox/μ, C_is), 0
+    where π_prox/μ > C_mask; Ã_t = Â_t − β_p·clip(F_t, −B, B); ρ_t = min(exp(δ_t), C_prox).
+    Closest published: decoupled PPO (Hilton et al. 2022), FRPO (2601.10201), CISPO (2506.13585).
+    """
+    p = prox or ProxKLSettings()
+    delta = (x.logp - x.prox_logp).detach()
+    stale = torch.exp(x.prox_logp - x.behav_logp)
+    w = torch.clamp(stale, max=p.c_is) * (stale <= p.c_mask).float()
+    F = future_kl(delta, x.mask, p.horizon, p.gamma)
+    adv = x.adv - p.beta_p * torch.clamp(F, -p.bound, p.bound)
+    rho = torch.clamp(torch.exp(delta), max=p.c_prox)
+    return -w * rho * adv * x.logp
