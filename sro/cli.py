@@ -41,14 +41,15 @@ def search(
     project: Annotated[Path, typer.Argument(help="project YAML (see search_spaces/quickstart.yaml)")],
     budget: Annotated[Optional[str], typer.Option(help="total for the study: 10m, 2h, 6trials, 8gpu-h, 5Mtok; "
                                                      "default: the project's `budget`")] = None,
-    optimizer: Annotated[str, typer.Option(help="proposer of recipes: random (Sobol)")] = "random",
+    optimizer: Annotated[str, typer.Option(help="proposer of recipes: random (Sobol) or botorch "
+                                                "(multi-objective BO, qLogNEHVI)")] = "random",
     runs: Annotated[Path, typer.Option(help="folder holding runs/<name>/")] = Path("runs"),
 ) -> None:
     """Search recipes for PROJECT until the budget is spent; rerun to resume (finished trials are kept)."""
     from sro.budget import Budget
     from sro.config import load_project
-    from sro.proposers import PROPOSERS
     from sro.search import run_search
+    from sro.proposers import PROPOSERS
 
     try:
         proj = load_project(project)

@@ -98,7 +98,7 @@ def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None) -> GRPO
     """The recipe's algorithm (default grpo) as a validated trainer config; `TrialFailed` if invalid."""
     try:
         return config_for(str(recipe.get("algorithm", "grpo")), {**recipe.fixed, **recipe.values},
-                          seed=seed, max_seconds=max_seconds)
+                          seed=int(recipe.get("seed", seed)), max_seconds=max_seconds)
     except (KeyError, ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key} is not a valid trainer config: {e}") from None
 

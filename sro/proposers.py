@@ -32,15 +32,17 @@ class SobolProposer:
     where it stopped instead of replaying the first points.
     """
 
-    def __init__(self, space: RecipeSpace, seed: int = 0) -> None:
+    def __init__(self, space: RecipeSpace, seed: int = 0, objectives: list[tuple[str, str]] | None = None) -> None:
         self.space = space
-        self.seed = seed
+        self.seed = seed  # objectives are accepted for a common signature; Sobol ignores them
 
     def propose(self, history: Sequence[TrialRecord], n: int = 1) -> list[Recipe]:
         seen = {r.recipe.key for r in history}
         out: list[Recipe] = []
         skip = len(history)
-        while len(out) < n:
+        for _ in range(1000):  # a small discrete space can run out of new points
+            if len(out) >= n:
+                break
             for values in self.space.sobol(n, self.seed, skip=skip):
                 rec = Recipe(values, dict(self.space.fixed))
                 if rec.key not in seen:

@@ -17,6 +17,7 @@ from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.executor import SearchContext, TrialFailed, run_trial
 from sro.ledger import Ledger, TrialRecord
+import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.proposers import PROPOSERS
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
@@ -63,7 +64,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     ledger = Ledger(project, run_dir)
     (run_dir / "project.yaml").write_text(yaml.safe_dump(project.model_dump(mode="json"), sort_keys=False))
     space = load_space(project, run_dir, console)
-    proposer = PROPOSERS.get(optimizer)(space, seed=project.seed)
+    proposer = PROPOSERS.get(optimizer)(space, seed=project.seed, objectives=project.objective_directions())
 
     history = ledger.records()
     done = [r for r in history if r.finished]
@@ -109,7 +110,14 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                             info=f"{spent.trials} trials, {spent.wall_s:.0f}s of budget {budget}")
             if reason:
                 break
-            recipe: Recipe = retry.pop(0) if retry else proposer.propose(ledger.records(), 1)[0]
+            if retry:
+                recipe: Recipe = retry.pop(0)
+            else:
+                proposed = proposer.propose(ledger.records(), 1)
+                if not proposed:
+                    reason = "the search space has no recipe left that the study has not run"
+                    break
+                recipe = proposed[0]
             trial = ledger.start(recipe, space)
             step_task = progress.add_task(f"trial {trial.number}", total=int(recipe.get("steps", 1)), info="")
             curve: list[dict[str, float]] = []

@@ -131,3 +131,19 @@ def test_cli_bad_budget_exit_2(micro_project, tmp_path):
 def test_cli_missing_run_dir(tmp_path):
     r = run("report", str(tmp_path / "nope"), cwd=tmp_path)
     assert r.returncode == 2 and "no project.yaml" in r.stderr
+
+
+@pytest.mark.slow
+def test_search_with_botorch_optimizer(micro_project, tmp_path):
+    """Past its Sobol start (4 trials), `--optimizer botorch` proposes from the GP; no recipe repeats."""
+    project = micro_project("bo")
+    runs = tmp_path / "runs"
+    (runs / "bo").mkdir(parents=True)
+    (runs / "bo" / "space.yaml").write_text(SMALL_SPACE)
+    r = run("search", str(project), "--budget", "5trials", "--optimizer", "botorch", "--runs", str(runs), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    trials = _trials(runs / "bo")
+    assert [t["state"] for t in trials] == ["complete"] * 5
+    assert len({Recipe.from_dict(t["recipe"]).key for t in trials}) == 5
+    r = run("search", str(project), "--optimizer", "bayes", "--runs", str(runs), cwd=tmp_path)
+    assert r.returncode == 2 and "unknown optimizer 'bayes'" in r.stderr

@@ -1,0 +1,147 @@
+"""`SROSampler`: the BoTorch recipe proposer as an Optuna sampler, for users' own single- or
+multi-objective studies.
+
+The relative search space (the intersection of every finished trial's distributions) becomes a
+`RecipeSpace`; the study's trials become `TrialRecord`s with one score per study value; the next point
+is what `BoTorchProposer` picks (qLogNEHVI for several objectives, qLogNEI for one: Ament et al. 2023,
+"Unexpected Improvements to Expected Improvement for Bayesian Optimization", arXiv 2310.20708; NEHVI:
+Daulton et al. 2021, arXiv 2105.08195). Parameters outside that space go to `RandomSampler`.
+
+Stepped distributions are searched as an integer index k (value = low + k × step), so every proposed
+value lies on the distribution's grid.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.samplers import BaseSampler, RandomSampler
+from optuna.search_space import IntersectionSearchSpace
+from optuna.study import Study, StudyDirection
+from optuna.trial import FrozenTrial, TrialState
+
+from sro.ledger import TrialRecord
+from sro.optimizer.botorch_proposer import BoTorchProposer
+from sro.recipe import Recipe
+from sro.space import Param, RecipeSpace
+
+
+def to_param(name: str, d: BaseDistribution) -> Param:
+    """The `Param` that searches Optuna distribution `d` (stepped ones as a grid index)."""
+    if isinstance(d, CategoricalDistribution):
+        return Param(name, "categorical", choices=list(d.choices))
+    if isinstance(d, (FloatDistribution, IntDistribution)):
+        step = d.step if d.step not in (None, 1) or isinstance(d, FloatDistribution) else None
+        if step is None:
+            return Param(name, "float" if isinstance(d, FloatDistribution) else "int", d.low, d.high, log=d.log)
+        return Param(name, "int", 0, round((d.high - d.low) / step))
+    raise TypeError(f"SROSampler: parameter {name!r} has distribution {type(d).__name__}; expected "
+                    "FloatDistribution, IntDistribution or CategoricalDistribution")
+
+
+def _stepped(d: BaseDistribution) -> float | None:
+    if isinstance(d, FloatDistribution):
+        return d.step
+    if isinstance(d, IntDistribution) and d.step != 1:
+        return d.step
+    return None
+
+
+def to_recipe_value(d: BaseDistribution, v: Any) -> Any:
+    step = _stepped(d)
+    return v if step is None else int(round((v - d.low) / step))  # type: ignore[union-attr]
+
+
+def to_optuna_value(d: BaseDistribution, v: Any) -> Any:
+    step = _stepped(d)
+    if isinstance(d, CategoricalDistribution):
+        return v
+    if step is not None:
+        v = min(d.low + v * step, d.high)  # type: ignore[union-attr]
+    return float(v) if isinstance(d, FloatDistribution) else int(round(v))
+
+
+class SROSampler(BaseSampler):
+    """Optuna sampler: GP + qLogNEHVI/qLogNEI over a pool of Sobol, local and crossover candidates.
+
+    Args:
+        seed: seeds the Sobol sequence, the pool, the MC sampler and the fallback `RandomSampler`.
+        n_startup_trials: complete trials before the GP is used; default max(4, 2 × #objectives).
+        pool_size: candidates scored per proposal.
+        mc_samples: quasi-MC posterior samples in the acquisition.
+    """
+
+    def __init__(self, seed: int | None = None, n_startup_trials: int | None = None, pool_size: int = 500,
+                 mc_samples: int = 32) -> None:
+        self._seed = seed if seed is not None else secrets.randbits(31)
+        self._random = RandomSampler(seed=seed)
+        self._search_space = IntersectionSearchSpace()
+        self._n_startup = n_startup_trials
+        self._pool_size = pool_size
+        self._mc_samples = mc_samples
+        self._proposers: dict[tuple[Any, ...], BoTorchProposer] = {}  # one per search space: warm GP fits
+        self._lock = threading.Lock()
+
+    def reseed_rng(self) -> None:
+        self._random.reseed_rng()
+        self._seed = secrets.randbits(31)
+        self._proposers.clear()
+
+    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return {name: d for name, d in self._search_space.calculate(study).items() if not d.single()}
+
+    def sample_relative(self, study: Study, trial: FrozenTrial,
+                        search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        directions = ["max" if d == StudyDirection.MAXIMIZE else "min" for d in study.directions]
+        objectives = [(f"value{i}", d) for i, d in enumerate(directions)]
+        trials = study._get_trials(deepcopy=False, use_cache=True)
+        history = _records(trials, search_space, len(objectives), exclude=trial.number)
+        key = tuple(sorted((n, repr(d)) for n, d in search_space.items())) + (tuple(directions),)
+        with self._lock:
+            proposer = self._proposers.get(key)
+            if proposer is None:
+                space = RecipeSpace([to_param(n, d) for n, d in search_space.items()])
+                proposer = BoTorchProposer(space, seed=self._seed, objectives=objectives,
+                                           n_init=self._n_startup, pool_size=self._pool_size,
+                                           mc_samples=self._mc_samples)
+                self._proposers[key] = proposer
+            picked = proposer.propose(history, 1)
+        if not picked:  # a tiny discrete space with every point tried: let the random sampler repeat one
+            return {}
+        return {n: to_optuna_value(d, picked[0].values[n]) for n, d in search_space.items()}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._random.sample_independent(study, trial, param_name, param_distribution)
+
+
+def _records(trials: Sequence[FrozenTrial], search_space: dict[str, BaseDistribution], m: int,
+             exclude: int) -> list[TrialRecord]:
+    """Trials as `TrialRecord`s over `search_space`; a trial missing a parameter, or with a value the
+    current distribution does not contain, is kept (as not complete) only for the Sobol position."""
+    out = []
+    for t in trials:
+        if t.number == exclude:
+            continue
+        values, fits = {}, True
+        for n, d in search_space.items():
+            try:
+                fits = n in t.params and d._contains(d.to_internal_repr(t.params[n]))
+            except ValueError:  # a categorical value that is not among the current choices
+                fits = False
+            if not fits:
+                break
+            values[n] = to_recipe_value(d, t.params[n])
+        complete = fits and t.state == TrialState.COMPLETE and t.values is not None and len(t.values) == m
+        state = "complete" if complete else {TrialState.RUNNING: "running", TrialState.WAITING: "running"}.get(
+            t.state, "failed")
+        scores = {f"value{i}": float(v) for i, v in enumerate(t.values)} if complete else {}
+        out.append(TrialRecord(t.number, state, Recipe(values if fits else {"_trial": t.number}), scores))
+    return out
+

@@ -1,0 +1,219 @@
+"""Tests of sro.optimizer: the GP encoding, the BoTorch proposer, hypervolume, and the Optuna sampler
+against Optuna's own conformance suite."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable
+
+import numpy as np
+import optuna
+import pytest
+import torch
+from botorch.utils.multi_objective.hypervolume import Hypervolume
+from botorch.utils.multi_objective.pareto import is_non_dominated
+from optuna.testing.pytest_samplers import (
+    BasicSamplerTestCase,
+    MultiObjectiveSamplerTestCase,
+    RelativeSamplerTestCase,
+)
+
+from sro.ledger import TrialRecord
+from sro.optimizer import BoTorchProposer, RecipeEncoder, SROSampler, reference_point
+from sro.proposers import PROPOSERS, SobolProposer
+from sro.recipe import Recipe
+from sro.space import Param, RecipeSpace, Simplex
+
+
+def full_space() -> RecipeSpace:
+    return RecipeSpace(
+        [Param("algorithm", "categorical", choices=["grpo", "proas", "sft"]),
+         Param("lr", "float", 1e-6, 1e-3, log=True),
+         Param("steps", "int", 10, 200),
+         Param("group", "int", 2, 64, log=True),
+         Param("lora", "bool"),
+         Param("proas.lambda", "float", 0.0, 1.0, condition={"algorithm": ["proas"]}),
+         Param("proas.mode", "categorical", choices=["a", "b"], condition={"algorithm": ["proas"]})],
+        [Simplex("mix", ["mix.arith", "mix.agent", "mix.code"])],
+        fixed={"base_model": "tiny"})
+
+
+# --- encoding -------------------------------------------------------------------------------------
+def test_encode_decode_round_trip() -> None:
+    space = full_space()
+    enc = RecipeEncoder(space)
+    assert enc.dim == 3 + 1 + 1 + 1 + 2 + 1 + 2 + 3
+    for v in space.sobol(64, seed=3):
+        x = enc.encode(v)
+        assert x.shape == (enc.dim,) and x.dtype == torch.float64
+        assert 0.0 <= float(x.min()) and float(x.max()) <= 1.0
+        back = enc.decode(x)
+        assert set(back) == set(v)  # inactive conditional parameters stay absent
+        for k, val in v.items():
+            if isinstance(val, float):
+                assert math.isclose(back[k], val, rel_tol=1e-6, abs_tol=1e-5), k
+            else:
+                assert back[k] == val and type(back[k]) is type(val), k
+        assert abs(sum(back[m] for m in ("mix.arith", "mix.agent", "mix.code")) - 1) < 1e-5
+
+
+def test_encoding_of_inactive_params_and_simplex() -> None:
+    enc = RecipeEncoder(full_space())
+    v = {"algorithm": "sft", "lr": 1e-4, "steps": 10, "group": 64, "lora": True,
+         "mix.arith": 0.2, "mix.agent": 0.3, "mix.code": 0.5}
+    x = enc.encode(v)
+    assert x[:3].tolist() == [0.0, 0.0, 1.0]  # one-hot sft
+    assert math.isclose(float(x[3]), 2 / 3)  # log-scale lr: 1e-4 is two thirds of 1e-6 … 1e-3
+    assert x[6:8].tolist() == [0.0, 1.0]  # bool True
+    assert float(x[8]) == 0.5 and x[9:11].tolist() == [0.0, 0.0]  # inactive proas.* params
+    assert x[11:].tolist() == [0.2, 0.3, 0.5]
+    x2 = enc.encode({**v, "lr": 1e-5})
+    assert not torch.equal(x, x2)
+    proas = enc.decode(torch.cat([torch.tensor([0.0, 1.0, 0.0]), x[3:]]))
+    assert proas["algorithm"] == "proas" and proas["proas.lambda"] == 0.5 and proas["proas.mode"] == "a"
+
+
+def test_decode_of_any_cube_point_is_a_valid_recipe() -> None:
+    space = full_space()
+    enc = RecipeEncoder(space)
+    gen = torch.Generator().manual_seed(0)
+    for x in torch.rand(200, enc.dim, generator=gen, dtype=torch.float64) * 1.4 - 0.2:
+        space.validate(enc.decode(x))
+    with pytest.raises(ValueError, match=r"expected an encoded point of shape \(14,\), got \(3,\)"):
+        enc.decode(torch.zeros(3))
+
+
+# --- proposer -------------------------------------------------------------------------------------
+def toy_space() -> RecipeSpace:
+    return RecipeSpace([Param("x", "float", 0.0, 1.0), Param("c", "categorical", choices=["a", "b", "c"])],
+                       [Simplex("mix", ["mix.p", "mix.q"])])
+
+
+def toy_scores(v: dict) -> dict[str, float]:
+    """Two conflicting objectives; both prefer c == "a" and a balanced mixture."""
+    pen = 0.3 * (v["c"] != "a") + 0.5 * (v["mix.p"] - 0.5) ** 2
+    return {"toy/f1": -(v["x"] - 0.2) ** 2 - pen, "toy/f2": -(v["x"] - 0.8) ** 2 - pen}
+
+
+OBJ = [("toy/f1", "max"), ("toy/f2", "max")]
+REF = torch.tensor([-1.0, -1.0])
+
+
+def hypervolume(records: list[TrialRecord]) -> float:
+    Y = torch.tensor([[r.scores[k] for k, _ in OBJ] for r in records], dtype=torch.float64)
+    return Hypervolume(REF.double()).compute(Y[is_non_dominated(Y)])
+
+
+def run(proposer: object, n_trials: int, batch: int) -> list[TrialRecord]:
+    records: list[TrialRecord] = []
+    while len(records) < n_trials:
+        for rec in proposer.propose(records, min(batch, n_trials - len(records))):  # type: ignore[attr-defined]
+            records.append(TrialRecord(len(records), "complete", rec, toy_scores(rec.values), {"wall_s": 1.0}))
+    return records
+
+
+def test_registered_and_signature_matches_sobol() -> None:
+    assert PROPOSERS.get("botorch") is BoTorchProposer
+    p = PROPOSERS.get("botorch")(toy_space(), seed=1, objectives=OBJ)
+    assert p.n_init is None and p.propose([], 0) == []
+    with pytest.raises(ValueError, match="direction must be 'max' or 'min', got 'up'"):
+        BoTorchProposer(toy_space(), objectives=[("toy/f1", "up")])
+
+
+def test_initial_points_continue_the_sobol_sequence() -> None:
+    space = toy_space()
+    ours = run(BoTorchProposer(space, seed=5, objectives=OBJ), 4, batch=2)
+    sobol = SobolProposer(space, seed=5).propose([], 4)
+    assert [r.recipe.key for r in ours] == [r.key for r in sobol]
+
+
+def test_never_reproposes_evaluated_or_failed_recipes() -> None:
+    space = toy_space()
+    history = run(SobolProposer(space, seed=2), 10, batch=10)
+    failed = [TrialRecord(10 + i, s, Recipe(v, {}), {}, {})
+              for i, (s, v) in enumerate(zip(["failed", "interrupted"], space.sobol(2, seed=9)))]
+    history += failed
+    p = BoTorchProposer(space, seed=0, objectives=OBJ, pool_size=300)
+    out = p.propose(history, 3)
+    seen = {r.recipe.key for r in history}
+    assert len(out) == 3 and len({r.key for r in out}) == 3 and not seen & {r.key for r in out}
+    done, Y = p._targets(history, OBJ)
+    assert len(done) == 10 and Y.shape == (10, 2)  # failed/interrupted trials are not modelled
+    pool = p._pool(p.encoder.encode_many([r.recipe.values for r in done]), Y, seen, len(history))
+    assert pool and not seen & {Recipe(v, {}).key for v in pool}
+
+
+def test_exhausted_discrete_space_yields_the_last_recipe() -> None:
+    space = RecipeSpace([Param("c", "categorical", choices=["a", "b", "c"]), Param("flag", "bool")])
+    all_values = [{"c": c, "flag": f} for c in "abc" for f in (False, True)]
+    history = [TrialRecord(i, "complete", Recipe(v), {"s": float(i)}) for i, v in enumerate(all_values[:5])]
+    out = BoTorchProposer(space, objectives=[("s", "max")], pool_size=50).propose(history, 2)
+    assert [r.values for r in out] == [all_values[5]]
+
+
+class _RandomPick(BoTorchProposer):
+    """The same GP-free candidate pool, but picks at random: isolates what the acquisition adds."""
+
+    def _select(self, model: object, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
+                n: int) -> list[int]:
+        return torch.randperm(len(X_pool), generator=torch.Generator().manual_seed(len(X)))[:n].tolist()
+
+
+def test_beats_sobol_and_random_pool_picks_on_toy_two_objective_problem() -> None:
+    space = toy_space()
+    ours, base, pool_only = [], [], []
+    for seed in range(3):
+        ours.append(hypervolume(run(BoTorchProposer(space, seed=seed, objectives=OBJ, pool_size=500), 20, 2)))
+        pool_only.append(hypervolume(run(_RandomPick(space, seed=seed, objectives=OBJ, pool_size=500), 20, 2)))
+        base.append(hypervolume(run(SobolProposer(space, seed=seed), 20, 20)))
+    # measured: ours ≈ 0.97 on every seed, random pool picks ≈ 0.91, Sobol ≈ 0.89 (medians)
+    assert statistics.median(ours) > statistics.median(base) + 0.03, (ours, base)
+    assert statistics.median(ours) > statistics.median(pool_only) + 0.02, (ours, pool_only)
+
+
+# --- hypervolume and reference point ------------------------------------------------------------
+def test_hypervolume_of_a_tiny_front_by_hand() -> None:
+    # front (1,3), (2,2), (3,1) over ref (0,0): 1×3 + 1×2 + 1×1 = 6; (1,1) is dominated and adds nothing
+    Y = torch.tensor([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0], [1.0, 1.0]])
+    assert Hypervolume(torch.zeros(2)).compute(Y[is_non_dominated(Y)]) == pytest.approx(6.0)
+    assert Hypervolume(torch.tensor([1.0, 0.0])).compute(Y[:3]) == pytest.approx(3.0)  # 2×1 + 1×1
+
+
+def test_reference_point_sits_below_the_data() -> None:
+    Y = torch.tensor([[0.0, 10.0], [1.0, 20.0], [0.5, 20.0]])
+    assert reference_point(Y).tolist() == pytest.approx([-0.1, 9.0])
+    assert reference_point(torch.tensor([[5.0], [5.0]])).tolist() == pytest.approx([4.5])
+
+
+# --- Optuna ----------------------------------------------------------------------------------------
+class _SROSamplerFixture:
+    """Optuna's suites ask each sampler for a `sampler` fixture: a factory of fresh samplers."""
+
+    @pytest.fixture
+    def sampler(self) -> Callable[[], SROSampler]:
+        return lambda: SROSampler(seed=0, pool_size=200)
+
+
+class TestSROSamplerBasic(_SROSamplerFixture, BasicSamplerTestCase):
+    pass
+
+
+class TestSROSamplerRelative(_SROSamplerFixture, RelativeSamplerTestCase):
+    pass
+
+
+class TestSROSamplerMultiObjective(_SROSamplerFixture, MultiObjectiveSamplerTestCase):
+    pass
+
+
+def test_sampler_improves_a_single_objective_study() -> None:
+    def f(t: optuna.Trial) -> float:
+        return (t.suggest_float("x", -3, 3) - 1) ** 2 + 0.1 * (t.suggest_categorical("c", ["p", "q"]) == "q")
+
+    study = optuna.create_study(sampler=SROSampler(seed=0, n_startup_trials=5, pool_size=300))
+    study.optimize(f, n_trials=14)
+    start = min(t.value for t in study.trials[:5])
+    assert study.best_value < min(start, 0.05)
+    assert len({(t.params["x"], t.params["c"]) for t in study.trials}) == 14
+    assert np.isfinite(study.best_value)
