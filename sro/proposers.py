@@ -37,16 +37,21 @@ class SobolProposer:
         self.seed = seed  # objectives are accepted for a common signature; Sobol ignores them
 
     def propose(self, history: Sequence[TrialRecord], n: int = 1) -> list[Recipe]:
-        seen = {r.recipe.key for r in history}
-        out: list[Recipe] = []
-        skip = len(history)
-        for _ in range(1000):  # a small discrete space can run out of new points
-            if len(out) >= n:
-                break
-            for values in self.space.sobol(n, self.seed, skip=skip):
-                rec = Recipe(values, dict(self.space.fixed))
-                if rec.key not in seen:
-                    seen.add(rec.key)
-                    out.append(rec)
-            skip += n
-        return out[:n]
+        return sobol_recipes(self.space, self.seed, len(history), n, {r.recipe.key for r in history})
+
+
+def sobol_recipes(space: RecipeSpace, seed: int, position: int, n: int, seen: set[str]) -> list[Recipe]:
+    """Up to `n` new recipes from the project's Sobol sequence, starting at `position`, none in `seen`
+    (fewer only when a small discrete space is nearly exhausted)."""
+    seen = set(seen)
+    out: list[Recipe] = []
+    for _ in range(200):  # bounded: a small discrete space can run out of new points
+        if len(out) >= n:
+            break
+        for values in space.sobol(n, seed, skip=position):
+            rec = Recipe(values, dict(space.fixed))
+            if rec.key not in seen:
+                seen.add(rec.key)
+                out.append(rec)
+        position += n
+    return out[:n]

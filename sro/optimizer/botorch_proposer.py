@@ -35,7 +35,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from sro.ledger import TrialRecord
 from sro.optimizer.encoding import RecipeEncoder, sobol_pool
-from sro.proposers import PROPOSERS
+from sro.proposers import PROPOSERS, sobol_recipes
 from sro.recipe import Recipe
 from sro.space import RecipeSpace
 
@@ -145,20 +145,8 @@ class BoTorchProposer:
         return done, torch.tensor(rows, dtype=torch.float64).reshape(len(rows), len(objectives))
 
     def _sobol(self, position: int, n: int, seen: set[str]) -> list[Recipe]:
-        """Like `SobolProposer`: continue the project's sequence from `position` (fewer than n where a
-        small discrete space is nearly exhausted)."""
-        out: list[Recipe] = []
-        seen = set(seen)
-        for _ in range(64):
-            if len(out) >= n:
-                break
-            for values in sobol_pool(self.space, n, self.seed, skip=position):
-                rec = Recipe(values, dict(self.space.fixed))
-                if rec.key not in seen:
-                    seen.add(rec.key)
-                    out.append(rec)
-            position += n
-        return out[:n]
+        """Like `SobolProposer`: continue the project's sequence from `position`."""
+        return sobol_recipes(self.space, self.seed, position, n, seen)
 
     # --- 2) model ---------------------------------------------------------------------------------
     def _fit(self, X: torch.Tensor, Y: torch.Tensor) -> SingleTaskGP:
