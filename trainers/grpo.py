@@ -93,8 +93,8 @@ class GRPOConfig:
             problems.append(f"aggregation must be one of {AGGREGATIONS.names()} (got {self.aggregation!r})")
         if (self.prompts_per_step * self.group_size) < self.minibatches:
             problems.append("minibatches cannot exceed prompts_per_step × group_size")
-        if self.optimizer not in ("adamw", "sgd"):
-            problems.append(f"optimizer must be adamw or sgd (got {self.optimizer!r})")
+        if self.optimizer not in OPTIMIZERS:
+            problems.append(f"optimizer must be one of {OPTIMIZERS.names()} (got {self.optimizer!r})")
         if problems:
             raise ValueError("GRPOConfig: " + "; ".join(problems))
 
