@@ -39,12 +39,17 @@ def _trials(run_dir: Path) -> list[dict]:
     return json.loads((run_dir / "trials.json").read_text())
 
 
+def _with_small_space(micro_project, tmp_path: Path, name: str) -> tuple[Path, Path]:
+    """A micro project and its runs folder, with SMALL_SPACE written as the edited space.yaml."""
+    runs = tmp_path / "runs"
+    (runs / name).mkdir(parents=True)
+    (runs / name / "space.yaml").write_text(SMALL_SPACE)
+    return micro_project(name), runs
+
+
 @pytest.mark.slow
 def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
-    project = micro_project("micro")
-    runs = tmp_path / "runs"
-    (runs / "micro").mkdir(parents=True)
-    (runs / "micro" / "space.yaml").write_text(SMALL_SPACE)
+    project, runs = _with_small_space(micro_project, tmp_path, "micro")
 
     r = run("search", str(project), "--budget", "2trials", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -136,10 +141,7 @@ def test_cli_missing_run_dir(tmp_path):
 @pytest.mark.slow
 def test_search_with_botorch_optimizer(micro_project, tmp_path):
     """Past its Sobol start (4 trials), `--optimizer botorch` proposes from the GP; no recipe repeats."""
-    project = micro_project("bo")
-    runs = tmp_path / "runs"
-    (runs / "bo").mkdir(parents=True)
-    (runs / "bo" / "space.yaml").write_text(SMALL_SPACE)
+    project, runs = _with_small_space(micro_project, tmp_path, "bo")
     r = run("search", str(project), "--budget", "5trials", "--optimizer", "botorch", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     trials = _trials(runs / "bo")
