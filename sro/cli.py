@@ -64,8 +64,7 @@ def search(
         return
     _show_table(summary.run_dir)
     base = summary.base_scores
-    winners = [r for r in summary.trials if r.state == "complete" and base
-               and all(r.scores.get(k, -1) > v for k, v in base.items())]
+    winners = [r for r in summary.trials if r.beats(base)]
     console.print(f"{len(winners)} trial(s) beat the base model on every held-out benchmark"
                   + (f": {', '.join(str(r.number) for r in winners)}" if winners else ""))
     if summary.report:
@@ -97,9 +96,8 @@ def _show_table(run_dir: Path) -> None:
     if base:
         t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys], "", style="bold red")
     for r in records:
-        beats = r.state == "complete" and base and all(r.scores.get(k, -1) > base[k] for k in keys)
         t.add_row(str(r.number), r.state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
-                  f"{r.cost.get('wall_s', 0):.0f}", style="green" if beats else None)
+                  f"{r.cost.get('wall_s', 0):.0f}", style="green" if r.beats(base) else None)
     console.print(t)
 
 

@@ -67,10 +67,11 @@ class SearchContext:
                             for i, s in enumerate(dom.sources)]
         decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks if b.decontaminate}
         exclude = set().union(*(b.questions() for k, b in benchmarks.items() if k in decon))
+        seen = {d: {normalize(t.item(i).question) for t in ts for i in range(OVERLAP_PROBE)} for d, ts in tasks.items()}
         overlap = {}
         for key, bench in benchmarks.items():
-            seen = {normalize(t.item(i).question) for t in tasks[key.split("/")[0]] for i in range(OVERLAP_PROBE)}
-            overlap[key] = round(len((bench.questions() - exclude) & seen) / max(1, len(bench.questions())), 3)
+            seen_here = seen[key.split("/")[0]]
+            overlap[key] = round(len((bench.questions() - exclude) & seen_here) / max(1, len(bench.questions())), 3)
             if overlap[key] > 0:
                 log(f"{key}: {overlap[key]:.0%} of its questions also occur in training streams (disjoint seeds, "
                     "small problem space); `decontaminate: true` excludes them from training")

@@ -8,7 +8,6 @@ and, on failure, the reason. Trials left RUNNING by a process of this host that 
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import time
@@ -43,6 +42,20 @@ class TrialRecord:
     @property
     def finished(self) -> bool:
         return self.state in ("complete", "failed")
+
+    def value(self, key: str) -> float:
+        """One objective's raw value: `cost` is wall seconds, any other key a benchmark score (nan if absent)."""
+        v = self.cost.get("wall_s") if key == "cost" else self.scores.get(key)
+        return float("nan") if v is None else float(v)
+
+    def beats(self, base: dict[str, float]) -> bool:
+        """Complete, and above the base model on every benchmark."""
+        return self.state == "complete" and beats_base(self.scores, base)
+
+
+def beats_base(scores: dict[str, float], base: dict[str, float]) -> bool:
+    """True when `scores` exceed the base model's on every benchmark it was scored on."""
+    return bool(base) and all(scores.get(k, float("-inf")) > v for k, v in base.items())
 
 
 def distributions(space: RecipeSpace, values: dict[str, Any]) -> dict[str, BaseDistribution]:
@@ -161,6 +174,3 @@ def _alive(pid: int) -> bool:
         return True
     return True
 
-
-def dump_json(obj: Any) -> str:
-    return json.dumps(obj, indent=2, sort_keys=True, default=str)

@@ -55,11 +55,9 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
     done = [r for r in records if r.state == "complete"]
     x_key = keys[0]
     y_key = keys[1] if len(keys) > 1 else "cost"
-    def val(r: TrialRecord, k: str) -> float:
-        return r.cost.get("wall_s", 0.0) if k == "cost" else r.scores.get(k, float("nan"))
     fig = go.Figure()
     if done:
-        pts = np.array([[val(r, x_key), val(r, y_key)] for r in done])
+        pts = np.array([[r.value(x_key), r.value(y_key)] for r in done])
         front = pareto_mask(pts, [True, y_key != "cost"])
         costs = [r.cost.get("wall_s", 0.0) for r in done]
         fig.add_trace(go.Scatter(
@@ -106,16 +104,14 @@ def write_report(run_dir: str | Path) -> Path:
     objectives = [next(iter(o.items())) for o in data["objectives"]]
     score_keys = [k for k, _ in objectives if k != "cost"]
     done = [r for r in records if r.state == "complete"]
-    vals = np.array([[r.cost.get("wall_s", 0.0) if k == "cost" else r.scores.get(k, 0.0) for k, _ in objectives]
-                     for r in done]) if done else np.zeros((0, len(objectives)))
+    vals = np.array([[r.value(k) for k, _ in objectives] for r in done]) if done else np.zeros((0, len(objectives)))
     front = set(np.array([r.number for r in done])[pareto_mask(vals, [d == "max" for _, d in objectives])].tolist()) if done else set()
     params = sorted({k for r in records for k in r.recipe.values})
     header = ["trial", "state", "✔"] + score_keys + ["cost s", "samples"] + params
     rows = []
     for r in records:
-        beats = r.state == "complete" and base and all(r.scores.get(k, -1) > base[k] for k in base)
         row = [r.number, r.state if r.state != "failed" else f"failed: {html.escape(r.message.splitlines()[0][:60]) if r.message else ''}",
-               "✔" if beats else ""]
+               "✔" if r.beats(base) else ""]
         row += [_fmt(r.scores.get(k)) if k in r.scores else "" for k in score_keys]
         row += [_fmt(r.cost.get("wall_s", 0.0)), int(r.cost.get("samples", 0))]
         row += [_fmt(r.recipe.values.get(p, "")) for p in params]

@@ -16,7 +16,7 @@ from sro.budget import Budget
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.executor import SearchContext, TrialFailed, run_trial
-from sro.ledger import Ledger, TrialRecord
+from sro.ledger import Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.proposers import PROPOSERS
 from sro.recipe import Recipe
@@ -133,8 +133,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             try:
                 out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step)
                 ledger.finish(trial, out.scores, out.cost, out.curve)
-                beats = all(out.scores[k] > base[k] for k in base)
-                mark = "[green]beats base on every benchmark[/]" if beats else ""
+                mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base) else ""
                 progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                        f"({out.cost['wall_s']:.0f}s) {mark}")
             except KeyboardInterrupt:

@@ -9,7 +9,7 @@ import copy
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import torch
 
@@ -220,6 +220,3 @@ class GRPOTrainer:
             if self.cfg.max_seconds is not None and m["wall_s"] >= self.cfg.max_seconds:
                 break
         return history
-
-    def config_dict(self) -> dict:
-        return asdict(self.cfg)

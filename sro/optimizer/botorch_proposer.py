@@ -45,8 +45,7 @@ Objective = tuple[str, str]
 
 def objective_value(record: TrialRecord, key: str) -> float:
     """The raw value of one objective for a trial (nan where the trial lacks it)."""
-    v = record.cost.get("wall_s") if key == "cost" else record.scores.get(key)
-    return float("nan") if v is None else float(v)
+    return record.value(key)
 
 
 def reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
