@@ -16,10 +16,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from sro.config import load_project  # noqa: E402
-from sro.executor import SearchContext, run_trial  # noqa: E402
+from bench.common import quickstart, score_table  # noqa: E402
+from sro.executor import run_trial  # noqa: E402
 from sro.recipe import Recipe  # noqa: E402
 from trainers.algorithms import ALGORITHMS  # noqa: E402
 
@@ -31,15 +30,11 @@ RECIPE = {"lr": 1e-4, "steps": 30, "group_size": 8, "prompts_per_step": 16, "eps
 
 def main() -> int:
     console = Console()
-    project = load_project(ROOT / "search_spaces" / "quickstart.yaml")
-    ctx = SearchContext.prepare(project, ROOT / "runs" / ".cache", log=lambda m: None)
+    ctx = quickstart()
     base = ctx.score_base()
     keys = list(base)
-    table = Table(title="held-out accuracy, median of 3 seeds (base → after 30 steps)")
-    table.add_column("algorithm")
-    for k in keys:
-        table.add_column(k, justify="right")
-    table.add_column("trial s", justify="right")
+    table = score_table("held-out accuracy, median of 3 seeds (base → after 30 steps)", keys, "algorithm",
+                        ("trial s",))
     failures = []
     for name in ALGORITHMS.names():
         runs = []

@@ -141,6 +141,10 @@ def make_task(spec: SourceSpec, seed: int) -> Task:
         return ReasoningGymTask(spec, seed)
     if spec.kind == "jsonl":
         return JsonlTask(spec, seed)
+    if spec.kind == "textworld":
+        from evaluators.textworld_env import TextWorldTask  # lazy: textworld is heavy to import
+
+        return TextWorldTask(spec, seed)
     raise SourceSpecError(
         f"{spec.kind} sources are not available in this version; use reasoning_gym or jsonl", spec.kind
     )
@@ -202,5 +206,9 @@ def check_source_spec(spec: SourceSpec) -> None:
         _check_reasoning_gym(spec)
     elif spec.kind == "jsonl":
         _check_jsonl(spec)
+    elif spec.kind == "textworld":
+        from evaluators.textworld_env import check_textworld
+
+        check_textworld(spec)
     else:
         make_task(spec, seed=0)

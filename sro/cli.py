@@ -41,8 +41,13 @@ def search(
     project: Annotated[Path, typer.Argument(help="project YAML (see search_spaces/quickstart.yaml)")],
     budget: Annotated[Optional[str], typer.Option(help="total for the study: 10m, 2h, 6trials, 8gpu-h, 5Mtok; "
                                                      "default: the project's `budget`")] = None,
-    optimizer: Annotated[str, typer.Option(help="proposer of recipes: random (Sobol) or botorch "
-                                                "(multi-objective BO, qLogNEHVI)")] = "random",
+    optimizer: Annotated[str, typer.Option(help="proposer of recipes: botorch (multi-objective BO, qLogNEHVI "
+                                                "over evidence-built candidates), random (Sobol baseline), "
+                                                "tpe or nsga2 (Optuna's samplers, for comparison)")] = "botorch",
+    pruning: Annotated[Optional[bool], typer.Option("--pruning/--no-pruning", help="stop trials whose "
+                                                    "intermediate results are dominated by earlier trials at the "
+                                                    "same fraction of their steps; default: the project's "
+                                                    "`pruning.enabled` (on)")] = None,
     runs: Annotated[Path, typer.Option(help="folder holding runs/<name>/")] = Path("runs"),
 ) -> None:
     """Search recipes for PROJECT until the budget is spent; rerun to resume (finished trials are kept)."""
@@ -55,7 +60,7 @@ def search(
         proj = load_project(project)
         b = Budget.parse(budget or proj.budget)
         PROPOSERS.get(optimizer)
-        summary = run_search(proj, b, runs, optimizer, console)
+        summary = run_search(proj, b, runs, optimizer, console, pruning=pruning)
     except _user_errors() as e:
         _fail(str(e))
         return
@@ -69,6 +74,45 @@ def search(
                   + (f": {', '.join(str(r.number) for r in winners)}" if winners else ""))
     if summary.report:
         console.print(f"report: {summary.report}")
+
+
+@app.command()
+def design(
+    project: Annotated[Path, typer.Argument(help="project YAML (see search_spaces/quickstart.yaml)")],
+    budget: Annotated[Optional[str], typer.Option(help="the budget the space is sized for; default: the "
+                                                     "project's `budget`")] = None,
+    runs: Annotated[Path, typer.Option(help="folder holding runs/<name>/")] = Path("runs"),
+) -> None:
+    """Design PROJECT's recipe space and write runs/<name>/space.yaml for review; `sro search` then uses it."""
+    from sro.budget import Budget
+    from sro.config import load_project
+    from sro.designer.design import design_space
+    from sro.executor import SearchContext
+    from sro.space import RecipeSpace
+
+    try:
+        proj = load_project(project)
+        b = Budget.parse(budget or proj.budget)
+        run_dir = runs / proj.name
+        old = run_dir / "space.yaml"
+        previous = RecipeSpace.from_yaml(old.read_text()).version if old.is_file() else 0
+        ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
+        with console.status("measuring the base model on the sources and designing the space ..."):
+            space, path = design_space(proj, run_dir, b, ctx, log=err_console.print, version=previous + 1)
+    except _user_errors() as e:
+        _fail(str(e))
+        return
+    t = Table(title=f"{proj.name}: space v{space.version} by the {space.designer} designer")
+    for h in ("parameter", "range", "why"):
+        t.add_column(h, overflow="fold")
+    for p in space.params:
+        rng = f"[{p.low:g}, {p.high:g}]{' log' if p.log else ''}" if p.kind in ("float", "int") else str(p.choices)
+        when = f" when {p.condition}" if p.condition else ""
+        t.add_row(p.name, rng + when, p.rationale)
+    for sx in space.simplexes:
+        t.add_row(sx.name, "simplex: " + ", ".join(sx.members), sx.rationale)
+    console.print(t)
+    console.print(f"wrote {path}; edit it if you like, then run `sro search {project}`", highlight=False)
 
 
 @app.command()
@@ -99,6 +143,18 @@ def _show_table(run_dir: Path) -> None:
         t.add_row(str(r.number), r.state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
                   f"{r.cost.get('wall_s', 0):.0f}", style="green" if r.beats(base) else None)
     console.print(t)
+    from sro.optimizer.hypervolume import sparkline
+    from sro.pruning import saved_budget
+
+    hv = info.get("hypervolume") or {}
+    if hv.get("hypervolume"):
+        console.print(f"hypervolume after each complete trial: {sparkline(hv['hypervolume'])} "
+                      f"{hv['hypervolume'][-1]:.4g} (reference point {[round(v, 4) for v in hv['ref_point']]}, "
+                      "cost negated)", highlight=False)
+    saved = saved_budget(records)
+    if saved["trials"]:
+        console.print(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "
+                      f"steps (~{saved['seconds']:.0f} s)", highlight=False)
 
 
 @app.command()
@@ -161,7 +217,7 @@ def train(
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         base = ctx.score_base()
         out = run_trial(rec, ctx, on_step=lambda s, m: console.print(
-            f"step {s}: reward {m['reward']:.3f}", highlight=False) if s % 5 == 0 else None)
+            f"step {s}: reward {m.get('reward', float('nan')):.3f}", highlight=False) if s % 5 == 0 else None)
     except (*_user_errors(), TrialFailed) as e:
         _fail(str(e))
         return
@@ -171,6 +227,8 @@ def train(
     for k, v in out.scores.items():
         t.add_row(k, f"{base[k]:.3f}", f"{v:.3f}")
     console.print(t)
+    if out.metrics:
+        console.print("  ".join(f"{k}={v:.4g}" for k, v in out.metrics.items()), highlight=False)
 
 
 def main() -> None:

@@ -74,7 +74,9 @@ class BenchmarkConfig(SourceConfig):
 
     name: str = Field(description="benchmark name, unique within its domain")
     size: int = Field(100, gt=0, description="number of held-out items")
-    metric: Literal["accuracy"] = Field("accuracy", description="what the score means")
+    metric: Literal["accuracy", "success", "score"] = Field(
+        "accuracy", description="what the score means: accuracy (single-turn items); success or score (textworld "
+        "episodes, one greedy episode per held-out game)")
     decontaminate: bool = Field(
         False, description="also drop this benchmark's exact questions from every training stream "
         "(held-out seeds are always disjoint; this matters for generators with a small problem space)")
@@ -101,6 +103,11 @@ class DesignerConfig(_Strict):
     base_url: str | None = None
     model: str | None = None
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
+    timeout_s: float = Field(120.0, gt=0, description="seconds to wait for the endpoint's answer")
+    redesign_every: int = Field(0, ge=0, description="redesign the space from the evidence after this many "
+                                "finished trials (0: never)")
+    redesign_on_stall: int = Field(0, ge=0, description="also redesign when the hypervolume has not grown for "
+                                   "this many finished trials (0: never)")
 
 
 class RuntimeConfig(_Strict):
@@ -111,6 +118,28 @@ class RuntimeConfig(_Strict):
     eval_batch_size: int = Field(64, gt=0)
     threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
     tiny_pretrain_steps: int = Field(800, ge=0, description="pre-training steps of the embedded `tiny` model")
+    rollout_backend: Literal["hf", "vllm"] = Field(
+        "hf", description="who samples rollouts: hf (transformers generate) or vllm (GPU, extra sro[vllm])")
+
+
+class PruningConfig(_Strict):
+    """Multi-objective pruning of trials (`sro.pruning`): stop a trial whose results on benchmark
+    subsets, at a fraction of its steps, are dominated by enough earlier trials at that fraction."""
+
+    enabled: bool = Field(True, description="false (or `sro search --no-pruning`): every trial runs to the end")
+    at: list[float] = Field([1 / 3, 2 / 3], min_length=1, description="fractions of a trial's steps at which "
+                            "it is evaluated, each in (0, 1)")
+    items: int = Field(50, gt=0, description="items of each held-out benchmark scored at those points")
+    min_dominating: int = Field(3, ge=1, description="earlier trials that must dominate a trial at the same "
+                                "fraction to stop it (none is pruned before that many have been evaluated)")
+    min_steps: int = Field(6, ge=2, description="trials with fewer training steps are never evaluated early")
+
+    @field_validator("at")
+    @classmethod
+    def _fractions_ok(cls, v: list[float]) -> list[float]:
+        if not all(0 < f < 1 for f in v):
+            raise ValueError(f"every fraction must lie strictly between 0 and 1 (got {v}); e.g. [0.33, 0.67]")
+        return sorted(set(v))
 
 
 class ProjectConfig(_Strict):
@@ -123,6 +152,7 @@ class ProjectConfig(_Strict):
     storage: str | None = Field(None, description="SQLAlchemy URL; default sqlite in runs/<name>/")
     designer: DesignerConfig = Field(default_factory=DesignerConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    pruning: PruningConfig = Field(default_factory=PruningConfig)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
 
     _name_ok = field_validator("name")(lambda v: _plain_name(v, "name (a folder under runs/)"))

@@ -3,7 +3,6 @@ trial's share of the budget, and scores the result on every held-out benchmark o
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable
@@ -17,18 +16,31 @@ from evaluators.sources import Task, derive_seed, make_task, normalize
 from sro.config import ProjectConfig
 from sro.recipe import Recipe
 from trainers.evaluate import evaluate
-from trainers.algorithms import config_for
+from trainers.algorithms import config_for, sft_config_for
 from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.mixture import Mixture
+from trainers.multiturn import MultiTurnTrainer, evaluate_episodes, multi_turn_config
+from trainers.sft import sft
+from trainers.processing import item_filter, pass_rate_table
 from trainers.models import load_policy
 from trainers.tiny import TinySpec, ensure_tiny
 
 PRETRAIN_PAIRS = 4000
+SOURCE_PREFIX = "src."
+"""Recipe values `src.<domain>.<i>` weight the sources within a domain (a simplex per domain)."""
 OVERLAP_PROBE = 2000
 
 
 class TrialFailed(RuntimeError):
-    """A trial that could not finish (diverged, bad recipe); the search records it and goes on."""
+    """A trial that could not finish (bad recipe, crash); the search records it and goes on."""
+
+
+class TrialCollapsed(TrialFailed):
+    """Training collapsed (the failure clock fired, ALGORITHMS.md §6): stopped early, not scored."""
+
+    def __init__(self, reason: str, cost: dict[str, float], curve: list[dict[str, float]]) -> None:
+        super().__init__(f"collapsed after {int(cost.get('samples', 0))} samples: {reason}")
+        self.reason, self.cost, self.curve = reason, cost, curve
 
 
 @dataclass
@@ -36,6 +48,8 @@ class TrialOutcome:
     scores: dict[str, float]
     cost: dict[str, float]
     curve: list[dict[str, float]] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Measured beside the objectives: SFT cost, in-distribution scores and the train/held-out gap."""
 
 
 @dataclass
@@ -50,6 +64,8 @@ class SearchContext:
     overlap: dict[str, float] = field(default_factory=dict)
     """Per benchmark: share of its questions that also occur among the first OVERLAP_PROBE items of
     its domain's training streams (same text, other seeds: small problem spaces repeat)."""
+    cache_dir: Path = Path("runs/.cache")
+    """Where per-base-model tables (the processing operators' pass rates) are cached."""
 
     @classmethod
     def prepare(cls, project: ProjectConfig, cache_dir: str | Path,
@@ -83,45 +99,141 @@ class SearchContext:
             log(f"base model: tiny (Qwen2 architecture), pre-training on {len(pairs)} items of the project's "
                 f"sources for {spec.pretrain_steps} steps; cached under {cache_dir}")
             base_path = str(ensure_tiny(pairs, cache_dir, spec, pretrain_progress))
-        return cls(project, base_path, benchmarks, tasks, exclude, overlap)
+        return cls(project, base_path, benchmarks, tasks, exclude, overlap, cache_dir=Path(cache_dir))
 
     def score(self, model, tokenizer) -> dict[str, float]:
         rt = self.project.runtime
-        return {k: evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size).score
+        return {k: (evaluate_episodes(model, tokenizer, b.task, len(b.items), rt.max_new_tokens)[b.metric]
+                    if getattr(b.task, "multi_turn", False)  # textworld: one greedy episode per held-out game
+                    else evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size).score)
                 for k, b in self.benchmarks.items()}
+
+    def pass_rates(self) -> dict[str, float]:
+        """The base model's pass rate per training question (k samples each; cached on disk)."""
+        single_turn = [t for ts in self.tasks.values() for t in ts if not getattr(t, "multi_turn", False)]
+        return pass_rate_table(self.base_path, single_turn, self.cache_dir,
+                               max_new_tokens=self.project.runtime.max_new_tokens,
+                               device=self.project.runtime.device, seed=self.project.seed)
+
+    def score_in_distribution(self, model, tokenizer, size: int = 100) -> dict[str, float]:
+        """Per domain: the score on the first `size` items of its training streams (what the mixture
+        draws first), to set beside the held-out benchmarks (the generalization gap, §4)."""
+        rt = self.project.runtime
+        out = {}
+        for d, ts in self.tasks.items():
+            per = max(1, size // len(ts))
+            results = [evaluate(model, tokenizer, Benchmark(f"{d}/train", t, t.items(per)), rt.max_new_tokens,
+                                rt.eval_batch_size).score for t in ts]
+            out[d] = sum(results) / len(results)
+        return out
 
     def score_base(self) -> dict[str, float]:
         model, tok = load_policy(self.base_path, self.project.runtime.device)
         return self.score(model, tok)
 
 
-def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None) -> GRPOConfig:
+def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, **runtime) -> GRPOConfig:
     """The recipe's algorithm (default grpo) as a validated trainer config; `TrialFailed` if invalid."""
     try:
         return config_for(str(recipe.get("algorithm", "grpo")), {**recipe.fixed, **recipe.values},
-                          seed=int(recipe.get("seed", seed)), max_seconds=max_seconds)
+                          seed=int(recipe.get("seed", seed)), max_seconds=max_seconds, **runtime)
     except (KeyError, ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key} is not a valid trainer config: {e}") from None
 
 
+def source_weights(recipe: Recipe, tasks: dict[str, list[Task]]) -> dict[str, list[float]]:
+    """Per domain, the recipe's weight of each source (`src.<domain>.<i>`); domains it leaves out draw
+    their sources uniformly."""
+    out = {}
+    for d, ts in tasks.items():
+        w = [recipe.get(f"{SOURCE_PREFIX}{d}.{i}") for i in range(len(ts))]
+        if any(x is not None for x in w):
+            out[d] = [float(x or 0.0) for x in w]
+    return out
+
+
 def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = None,
-              on_step: Callable[[int, dict[str, float]], None] | None = None) -> TrialOutcome:
-    """Train the base model with `recipe`, then score it; raise `TrialFailed` if training diverges."""
-    cfg = trainer_config(recipe, ctx.project.seed, max_seconds)
+              on_step: Callable[[int, dict[str, float]], None] | None = None,
+              on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
+    """Train the base model with `recipe`, then score it; raise `TrialFailed` if training diverges.
+
+    `on_checkpoint(step, model, tokenizer)` runs after every training step (after `on_step`); it may
+    evaluate the policy and stop the trial by raising (`sro.pruning.Pruner.hook` raises `TrialPruned`)."""
+    cfg = trainer_config(recipe, ctx.project.seed, max_seconds,
+                         rollout_backend=ctx.project.runtime.rollout_backend)
     t0 = time.monotonic()
     project = ctx.project
     model, tok = load_policy(ctx.base_path, project.runtime.device)
+    if any(getattr(t, "multi_turn", False) for ts in ctx.tasks.values() for t in ts):
+        return run_multi_turn_trial(recipe, ctx, cfg, model, tok, t0, on_step, on_checkpoint)
+    try:  # the recipe's processing operators (proc.*) filter what the mixture draws
+        keep = item_filter({**recipe.fixed, **recipe.values}, ctx.pass_rates)
+    except ValueError as e:
+        raise TrialFailed(f"recipe {recipe.key}: {e}") from None
     mixture = Mixture(ctx.tasks, recipe.mixture(list(project.domains)), seed=project.seed,
-                      exclude_questions=ctx.exclude)
+                      exclude_questions=ctx.exclude, keep=keep, source_weights=source_weights(recipe, ctx.tasks))
+    values = {**recipe.fixed, **recipe.values}
+    try:  # SFT → RL: the optional SFT stage trains on verified solutions from the same mixture
+        metrics = sft(model, tok, mixture, sft_config_for(values, seed=cfg.seed))
+    except (ValueError, TypeError) as e:
+        raise TrialFailed(f"recipe {recipe.key}: SFT stage: {e}") from None
     trainer = GRPOTrainer(model, tok, cfg, mixture)
     curve: list[dict[str, float]] = []
 
     def step_cb(step: int, m: dict[str, float]) -> bool:
         curve.append({k: round(float(v), 5) for k, v in m.items()})
-        if not all(math.isfinite(m[k]) for k in ("loss", "grad_norm")):
+        if on_step:
+            on_step(step, m)
+        if on_checkpoint:
+            on_checkpoint(step, model, tok)
+        return False
+
+    trainer.train(step_cb)
+    train_s = time.monotonic() - t0
+    on_gpu = next(model.parameters()).device.type == "cuda"
+
+    def cost() -> dict[str, float]:
+        wall = time.monotonic() - t0
+        return {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
+                "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
+
+    if trainer.collapse and cfg.stop_on_collapse:
+        raise TrialCollapsed(trainer.collapse, cost(), curve)
+    if trainer.collapse:  # kept training on purpose (stop_on_collapse false): scored, and flagged
+        metrics["collapsed_at_samples"] = float(next(m["samples"] for m in curve if m.get("collapsed")))
+    scores = ctx.score(model, tok)
+    if cfg.distill.weight > 0:  # self-distillation's gains may not generalize: always measure the gap
+        for d, s in ctx.score_in_distribution(model, tok).items():
+            held = [v for k, v in scores.items() if k.split("/")[0] == d]
+            metrics[f"train_score/{d}"] = round(s, 4)
+            if held:
+                metrics[f"gap/{d}"] = round(s - sum(held) / len(held), 4)
+    return TrialOutcome(scores, cost(), curve, metrics)
+
+
+def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,
+                         on_step: Callable[[int, dict[str, float]], None] | None = None,
+                         on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
+    """An agent project (textworld sources): the multi-turn trainer plays groups of episodes
+    (`trainers.multiturn`; algorithm `proas` shapes their credit), then every benchmark is scored."""
+    tasks = [t for ts in ctx.tasks.values() for t in ts]
+    if not all(getattr(t, "multi_turn", False) for t in tasks):
+        raise TrialFailed("a project cannot yet mix textworld and single-turn domains; put them in separate projects")
+    try:
+        mcfg = multi_turn_config(str(recipe.get("algorithm", "grpo")), cfg, {**recipe.fixed, **recipe.values})
+    except (ValueError, TypeError) as e:
+        raise TrialFailed(f"recipe {recipe.key} is not a valid multi-turn config: {e}") from None
+    trainer = MultiTurnTrainer(model, tok, mcfg, tasks)
+    curve: list[dict[str, float]] = []
+
+    def step_cb(step: int, m: dict[str, float]) -> bool:
+        curve.append({k: round(float(v), 5) for k, v in m.items()})
+        if not bool(torch.isfinite(torch.tensor([m["loss"], m["grad_norm"]])).all()):
             raise TrialFailed(f"training diverged at step {step} (loss={m['loss']}, grad_norm={m['grad_norm']})")
         if on_step:
             on_step(step, m)
+        if on_checkpoint:
+            on_checkpoint(step, model, tok)
         return False
 
     trainer.train(step_cb)
@@ -131,4 +243,5 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
     on_gpu = next(model.parameters()).device.type == "cuda"
     cost = {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
             "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
-    return TrialOutcome(scores, cost, curve)
+    metrics = {"episodes": float(trainer.episodes), "env_errors": float(len(trainer.failures))}
+    return TrialOutcome(scores, cost, curve, metrics)

@@ -32,16 +32,21 @@ class TrialRecord:
     """A trial as the report and the proposers see it."""
 
     number: int
-    state: str  # complete | failed | interrupted | running
+    state: str  # complete | failed | interrupted | running | pruned | collapsed (the last two: `END_EARLY`)
     recipe: Recipe
     scores: dict[str, float] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
     curve: list[dict[str, float]] = field(default_factory=list)
     message: str = ""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """Measured beside the objectives: in-distribution scores and the train/held-out gap."""
+    intermediate: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Results on benchmark subsets during training, by step fraction ("0.333" → {objective: value})."""
 
     @property
     def finished(self) -> bool:
-        return self.state in ("complete", "failed")
+        """Ended for good (never run again); only "complete" trials are on the Pareto front."""
+        return self.state in ("complete", "failed", *END_EARLY)
 
     def value(self, key: str) -> float:
         """One objective's raw value: `cost` is wall seconds, any other key a benchmark score (nan if absent)."""
@@ -51,6 +56,10 @@ class TrialRecord:
     def beats(self, base: dict[str, float]) -> bool:
         """Complete, and above the base model on every benchmark."""
         return self.state == "complete" and beats_base(self.scores, base)
+
+
+END_EARLY = ("pruned", "collapsed")
+"""States of a trial stopped before the end of its training (`Ledger.end_early`), its partial results kept."""
 
 
 def beats_base(scores: dict[str, float], base: dict[str, float]) -> bool:
@@ -122,7 +131,10 @@ class Ledger:
         trial.set_user_attr("curve", curve)
 
     def finish(self, trial: optuna.Trial, scores: dict[str, float], cost: dict[str, float],
-               curve: list[dict[str, float]]) -> None:
+               curve: list[dict[str, float]], metrics: dict[str, float] | None = None) -> None:
+        """`metrics`: what is measured beside the objectives (e.g. the train/held-out gap)."""
+        if metrics:
+            trial.set_user_attr("metrics", metrics)
         trial.set_user_attr("scores", scores)
         trial.set_user_attr("cost", cost)
         trial.set_user_attr("curve", curve)
@@ -135,6 +147,27 @@ class Ledger:
         trial.set_user_attr("cost", cost)
         trial.set_user_attr("curve", curve)
         self.study.tell(trial, state=TrialState.FAIL)
+
+    def report_intermediate(self, trial: optuna.Trial, fraction: float, values: dict[str, float]) -> None:
+        """Results measured at `fraction` of the trial's steps (benchmark subsets, cost so far)."""
+        inter = dict(self.storage.get_trial(trial._trial_id).user_attrs.get("intermediate", {}))
+        inter[f"{fraction:.3f}"] = values
+        trial.set_user_attr("intermediate", inter)
+
+    def end_early(self, trial: optuna.Trial, state: str, scores: dict[str, float], cost: dict[str, float],
+                  curve: list[dict[str, float]], message: str = "") -> None:
+        """A trial stopped before the end of its training, as `state` in `END_EARLY` ("pruned": dominated
+        at an intermediate evaluation; "collapsed": training collapsed). Its partial `scores` and `cost`
+        are kept; it counts as finished (never run again) and is not on the Pareto front (Optuna state
+        PRUNED)."""
+        if state not in END_EARLY:
+            raise ValueError(f"end_early: state must be one of {END_EARLY}, got {state!r}")
+        trial.set_user_attr("end_state", state)
+        trial.set_user_attr("scores", scores)
+        trial.set_user_attr("cost", cost)
+        trial.set_user_attr("curve", curve)
+        trial.set_user_attr("message", message[:2000])
+        self.study.tell(trial, state=TrialState.PRUNED)
 
     def interrupt(self, trial: optuna.Trial, curve: list[dict[str, float]]) -> None:
         """A trial stopped by the user: recorded as interrupted so the next search runs it again."""
@@ -152,8 +185,11 @@ class Ledger:
             state = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running"}.get(t.state, "failed")
             if a.get("interrupted"):
                 state = "interrupted"
+            elif t.state == TrialState.PRUNED:
+                state = str(a.get("end_state", "pruned"))
             out.append(TrialRecord(t.number, state, Recipe.from_dict(a["recipe"]), dict(a.get("scores", {})),
-                                   dict(a.get("cost", {})), list(a.get("curve", [])), str(a.get("message", ""))))
+                                   dict(a.get("cost", {})), list(a.get("curve", [])), str(a.get("message", "")),
+                                   dict(a.get("metrics", {})), dict(a.get("intermediate", {}))))
         return out
 
     def spent(self) -> Spent:

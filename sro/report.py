@@ -14,6 +14,7 @@ from jinja2 import Template
 
 from sro.ledger import TrialRecord
 from sro.pareto import pareto_mask
+from sro.pruning import saved_budget
 
 _PAGE = Template("""<!doctype html>
 <html><head><meta charset="utf-8"><title>SRO report: {{ name }}</title>
@@ -28,6 +29,7 @@ th{background:#f3f3f3}tr.front{background:#eaf6ea}tr.failed{color:#a33}td.l{text
 objectives: {{ objectives }} · budget spent: {{ spent }}</p>
 <h2>Base model (held-out)</h2><p>{{ base_line }}</p>{% if overlap_line %}<p class="note">{{ overlap_line }}</p>{% endif %}
 <h2>Pareto front</h2>{{ front_div }}
+<h2>Hypervolume</h2><p class="note">{{ hv_note }}</p>{{ hv_div }}{% if pruning_line %}<p class="note">{{ pruning_line }}</p>{% endif %}
 <h2>Learning curves</h2>{{ curve_div }}
 <h2>Trials</h2><p class="note">green rows are Pareto-optimal over all objectives; ✔ marks a trial that
 beats the base model on every benchmark.</p>
@@ -46,7 +48,8 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
         raise FileNotFoundError(f"{run_dir} has no project.yaml; is it a folder written by `sro search`?")
     data = yaml.safe_load(proj_path.read_text())
     ledger = Ledger(ProjectConfig.model_validate(data), run_dir)
-    info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(), "overlap": ledger.get("overlap", {})}
+    info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(), "overlap": ledger.get("overlap", {}),
+            "hypervolume": ledger.get("hypervolume", {})}
     return data, ledger.records(), info
 
 
@@ -75,6 +78,14 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
                                  marker=dict(symbol="star", size=18, color="crimson")))
     fig.update_layout(xaxis_title=x_key, yaxis_title=y_key if y_key != "cost" else "cost (wall s)",
                       height=480, margin=dict(t=40), legend=dict(orientation="h", y=1.08, x=0))
+    return fig
+
+
+def hypervolume_figure(history: dict) -> go.Figure:
+    """The study's hypervolume after each complete trial (`sro.optimizer.hypervolume.hypervolume_history`)."""
+    fig = go.Figure(go.Scatter(x=history.get("trials", []), y=history.get("hypervolume", []), mode="lines+markers",
+                               line=dict(shape="hv", color="#2a7"), name="hypervolume"))
+    fig.update_layout(xaxis_title="trial", yaxis_title="dominated hypervolume", height=320, margin=dict(t=20))
     return fig
 
 
@@ -119,6 +130,12 @@ def write_report(run_dir: str | Path) -> Path:
         rows.append((row, cls))
     front_div = front_figure(records, objectives, base).to_html(include_plotlyjs=True, full_html=False)
     curve_div = curve_figure(records).to_html(include_plotlyjs=False, full_html=False)
+    hv = info["hypervolume"] or {}
+    hv_div = hypervolume_figure(hv).to_html(include_plotlyjs=False, full_html=False)
+    hv_note = (f"of the complete trials, objectives in the maximization frame (cost negated), reference point "
+               f"{[round(v, 4) for v in hv.get('ref_point', [])]}: 10% of each objective's range below its worst "
+               "observed value" if hv.get("trials") else "no complete trial yet")
+    saved = saved_budget(records)
     spent = info["spent"]
     page = _PAGE.render(
         name=data["name"], base_model=data.get("base_model", "tiny"), n_complete=len(done), n_total=len(records),
@@ -127,7 +144,9 @@ def write_report(run_dir: str | Path) -> Path:
         base_line="  ·  ".join(f"{k}: {v:.3f}" for k, v in base.items()) or "(not scored yet)",
         overlap_line="; ".join(f"{k}: {v:.0%} of questions also occur in training (other seeds)"
                                for k, v in info["overlap"].items() if v > 0),
-        front_div=front_div, curve_div=curve_div, header=header, rows=rows)
+        front_div=front_div, curve_div=curve_div, hv_div=hv_div, hv_note=hv_note,
+        pruning_line=(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "
+                      f"steps (~{saved['seconds']:.0f} s)" if saved["trials"] else ""), header=header, rows=rows)
     out = run_dir / "report.html"
     out.write_text(page)
     (run_dir / "trials.json").write_text(json.dumps(

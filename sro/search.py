@@ -15,10 +15,13 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sro.budget import Budget
 from sro.config import ProjectConfig
 from sro.default_space import default_space
-from sro.executor import SearchContext, TrialFailed, run_trial
+from sro.designer.redesign import fits, maybe_redesign
+from sro.executor import SearchContext, TrialCollapsed, TrialFailed, run_trial
 from sro.ledger import Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
+from sro.optimizer.hypervolume import hypervolume_history
 from sro.proposers import PROPOSERS
+from sro.pruning import Pruner, TrialPruned, pruned_cost
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
 
@@ -32,8 +35,10 @@ class SearchSummary:
     report: Path | None = None
 
 
-def load_space(project: ProjectConfig, run_dir: Path, console: Console) -> RecipeSpace:
-    """The edited `space.yaml` when a person has written one, else the default space (saved for review)."""
+def load_space(project: ProjectConfig, run_dir: Path, console: Console, ctx: SearchContext | None = None,
+               budget: Budget | None = None) -> RecipeSpace:
+    """The `space.yaml` in the run folder when there is one (written by `sro design` or a person), else a
+    space designed now by the project's designer (rules by default) and saved there for review."""
     path = run_dir / "space.yaml"
     if path.is_file():
         try:
@@ -42,8 +47,15 @@ def load_space(project: ProjectConfig, run_dir: Path, console: Console) -> Recip
             raise SpaceError(f"{path}: {e}") from None
         console.print(f"using the search space in {path}")
         return space
-    space = default_space(project)
-    path.write_text("# SRO recipe space: edit bounds or choices, then rerun `sro search`\n" + space.to_yaml())
+    if ctx is None:  # no base model at hand: the generic default, saved for review
+        space = default_space(project)
+        path.write_text("# SRO recipe space: edit bounds or choices, then rerun `sro search`\n" + space.to_yaml())
+        return space
+    from sro.designer.design import design_space
+
+    space, path = design_space(project, run_dir, budget, ctx, log=console.print)
+    console.print(f"designed the search space with the {space.designer} designer: {path} "
+                  f"({len(space.params)} parameters, each with its rationale)")
     return space
 
 
@@ -57,15 +69,14 @@ def _progress(console: Console) -> Progress:
 
 
 def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "runs",
-               optimizer: str = "random", console: Console | None = None) -> SearchSummary:
+               optimizer: str = "botorch", console: Console | None = None,
+               pruning: bool | None = None) -> SearchSummary:
+    """`pruning`: stop dominated trials early (`sro.pruning`); None: the project's `pruning.enabled`."""
     console = console or Console()
     runs_root = Path(runs_root)
     run_dir = runs_root / project.name
     ledger = Ledger(project, run_dir)
     (run_dir / "project.yaml").write_text(yaml.safe_dump(project.model_dump(mode="json"), sort_keys=False))
-    space = load_space(project, run_dir, console)
-    proposer = PROPOSERS.get(optimizer)(space, seed=project.seed, objectives=project.objective_directions())
-
     history = ledger.records()
     done = [r for r in history if r.finished]
     if done:
@@ -94,6 +105,13 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     ledger.put("overlap", ctx.overlap)
     ledger.put("setup_wall_s", float(ledger.get("setup_wall_s", 0.0)) + time.monotonic() - t0)
     console.print(f"base model held-out: {_fmt_scores(base)}")
+    space = load_space(project, run_dir, console, ctx, budget)
+    proposer = PROPOSERS.get(optimizer)(space, seed=project.seed, objectives=project.objective_directions())
+
+    objectives = project.objective_directions()
+    pc = project.pruning
+    pruner = Pruner(objectives, tuple(pc.at), pc.items, pc.min_dominating, pc.min_steps) if (
+        pc.enabled if pruning is None else pruning) else None
 
     # recipes whose process died mid-trial run again first
     finished_keys = {r.recipe.key for r in history if r.finished}
@@ -113,7 +131,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             if retry:
                 recipe: Recipe = retry.pop(0)
             else:
-                proposed = proposer.propose(ledger.records(), 1)
+                # trials of earlier space versions stay in the evidence when they fit this one
+                proposed = proposer.propose([r for r in ledger.records() if fits(space, r.recipe)], 1)
                 if not proposed:
                     reason = "the search space has no recipe left that the study has not run"
                     break
@@ -130,9 +149,12 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
 
             remaining = budget.remaining_wall_s(spent)
             t_start = time.monotonic()
+            steps = int(recipe.get("steps", 1))
+            hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
+                               lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
             try:
-                out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step)
-                ledger.finish(trial, out.scores, out.cost, out.curve)
+                out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
+                ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
                 mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base) else ""
                 progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                        f"({out.cost['wall_s']:.0f}s) {mark}")
@@ -141,12 +163,28 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
                                        "kept, rerun the same command to resume")
                 raise
+            except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
+                cost = pruned_cost({"wall_s": round(time.monotonic() - t_start, 2),
+                                    "samples": float(curve[-1].get("samples", 0)) if curve else 0.0}, e.step, steps)
+                ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
+                                 str(e))
+                progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "
+                                       f"steps (~{cost['saved_s']:.0f}s)")
+            except TrialCollapsed as e:  # the failure clock fired: stopped early, the samples it used kept
+                ledger.end_early(trial, "collapsed", {}, e.cost, e.curve, str(e))
+                progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
             except (TrialFailed, ValueError, RuntimeError) as e:
                 msg = f"{type(e).__name__}: {e}"
                 ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),
                             {"wall_s": time.monotonic() - t_start}, curve)
                 progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
             progress.remove_task(step_task)
+            ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives))
+            redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print)
+            if redesigned is not None:
+                space = redesigned
+                proposer = PROPOSERS.get(optimizer)(space, seed=project.seed,
+                                                    objectives=project.objective_directions())
 
     records = ledger.records()
     summary = SearchSummary(run_dir, base, records, reason or "")

@@ -30,8 +30,15 @@ def test_config_for_pins_identity_and_validates():
         config_for("ppo2", {})
     with pytest.raises(ValueError, match="group_size must be >= 2"):
         config_for("grpo", {"group_size": 1})
-    with pytest.raises(ValueError, match="unknown Proximal KL settings"):
+    with pytest.raises(ValueError, match=r"unknown ProxKLSettings fields \['prox.horizn'\]"):
         config_for("proximal_kl", {"prox.horizn": 3})
+    assert dapo.dynamic_sampling
+    sd = config_for("grpo", {"distill.weight": 0.3, "distill.teacher": "ema", "sft.steps": 10})
+    assert sd.distill.weight == 0.3 and sd.distill.teacher == "ema"
+    with pytest.raises(ValueError, match="teacher must be one of"):
+        config_for("grpo", {"distill.teacher": "oracle"})
+    with pytest.raises(ValueError, match="mode must be snapshot or ewma"):
+        config_for("proximal_kl", {"prox.mode": "average"})
 
 
 class _Echo:

@@ -95,9 +95,9 @@ def test_source_needs_one_kind(micro_project):
     assert "exactly one of" in msg
 
 
-def test_textworld_not_yet(micro_project):
-    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"].update(sources=[{"textworld": "coin_collector"}]))
-    assert "textworld" in msg
+def test_textworld_unknown_family(micro_project):
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"].update(sources=[{"textworld": "coin_colector"}]))
+    assert "sources[0].textworld: unknown textworld game family 'coin_colector'; did you mean 'coin_collector'?" in msg
 
 
 @pytest.mark.parametrize("text,field,value", [

@@ -186,6 +186,17 @@ def test_reference_point_sits_below_the_data() -> None:
     assert reference_point(torch.tensor([[5.0], [5.0]])).tolist() == pytest.approx([4.5])
 
 
+def test_acquisition_reference_resists_degenerate_extremes() -> None:
+    from sro.optimizer.botorch_proposer import acquisition_reference
+
+    # trials 0-3 are the start; (0, -1.7) and (-1.6, 0) are perfect on one objective, useless on the other
+    Y = torch.tensor([[0.0, -1.7], [-1.6, 0.0], [-0.5, -0.6], [-1.0, -1.2], [-1.9, 0.0]], dtype=torch.float64)
+    # front nadir less 10% of its range: (-1.6 - 0.16, -1.7 - 0.17); start medians (lower middle): (-1.0, -1.2)
+    assert acquisition_reference(Y, 4).tolist() == pytest.approx([-1.0, -1.2])
+    good = torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 0.5]], dtype=torch.float64)  # a front above the start
+    assert acquisition_reference(good, 1).tolist() == pytest.approx([0.9, 0.45])  # nadir (1, .5) - 10% range
+
+
 # --- Optuna ----------------------------------------------------------------------------------------
 class _SROSamplerFixture:
     """Optuna's suites ask each sampler for a `sampler` fixture: a factory of fresh samplers."""
@@ -217,3 +228,111 @@ def test_sampler_improves_a_single_objective_study() -> None:
     assert study.best_value < min(start, 0.05)
     assert len({(t.params["x"], t.params["c"]) for t in study.trials}) == 14
     assert np.isfinite(study.best_value)
+
+
+# --- hypervolume helpers and history -------------------------------------------------------------
+def test_hypervolume_helper_and_history_by_hand() -> None:
+    from sro.optimizer.hypervolume import hypervolume, hypervolume_curve, hypervolume_history, sparkline
+
+    Y = torch.tensor([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0], [1.0, 1.0], [-1.0, 5.0]])
+    assert hypervolume(Y, torch.zeros(2)) == pytest.approx(6.0)  # (-1, 5) does not dominate ref: dropped
+    assert hypervolume_curve(Y[:3], torch.zeros(2)) == pytest.approx([3.0, 5.0, 6.0])
+    # one score (max) against cost (min): the frame negates cost
+    recs = [TrialRecord(0, "complete", Recipe({"i": 0}), {"d/b": 0.2}, {"wall_s": 10.0}),
+            TrialRecord(1, "failed", Recipe({"i": 1}), {}, {"wall_s": 1.0}),
+            TrialRecord(2, "complete", Recipe({"i": 2}), {"d/b": 0.6}, {"wall_s": 30.0}),
+            TrialRecord(3, "pruned", Recipe({"i": 3}), {"d/b": 0.9}, {"wall_s": 2.0})]
+    hist = hypervolume_history(recs, [("d/b", "max"), ("cost", "min")])
+    # observed: (0.2, -10), (0.6, -30) → ref = lo − 10% of range = (0.16, −32)
+    assert hist["trials"] == [0, 2] and hist["ref_point"] == pytest.approx([0.16, -32.0])
+    # after trial 0: (0.2 − 0.16) × (−10 + 32) = 0.88; after trial 2: + (0.6 − 0.2) × (−30 + 32) = 0.8
+    assert hist["hypervolume"] == pytest.approx([0.88, 1.68])
+    assert hypervolume_history([], [("d/b", "max")])["hypervolume"] == []
+    assert sparkline([0.0, 1.0, 2.0]) == "▁▄█" and sparkline([]) == ""
+
+
+# --- pre-screen, extra candidates, batch overhead ---------------------------------------------------
+def test_prescreen_keeps_the_optimistic_front_and_extra_candidates() -> None:
+    space = toy_space()
+    history = run(SobolProposer(space, seed=4), 12, batch=12)
+    p = BoTorchProposer(space, seed=0, objectives=OBJ, screen=40, pool_size=400, fit_iters=15)
+    done, Y = p._targets(history, OBJ)
+    X = p.encoder.encode_many([r.recipe.values for r in done])
+    model = p._fit(X, Y)
+    X_pool = p.encoder.encode_many(p._pool(X, Y, {r.recipe.key for r in history}, 12))
+    keep = p._prescreen(model, X_pool, keep_first=3)
+    assert len(keep) == 40 and len(set(keep.tolist())) == 40 and {0, 1, 2} <= set(keep.tolist())
+    with torch.no_grad():
+        post = model.posterior(X_pool)
+        ucb = post.mean + post.variance.sqrt()
+    # how many candidates dominate each one optimistically: no dropped candidate beats a kept one (extras aside)
+    count = ((ucb.unsqueeze(0) >= ucb.unsqueeze(1)).all(-1) & (ucb.unsqueeze(0) > ucb.unsqueeze(1)).any(-1)).sum(-1)
+    kept = torch.zeros(len(X_pool), dtype=torch.bool)
+    kept[keep] = True
+    kept_counts = count[kept & (torch.arange(len(X_pool)) >= 3)]
+    assert kept_counts.min() == 0 and kept_counts.max() <= count[~kept].min()
+
+
+def test_extra_candidate_source_is_validated_deduplicated_and_used() -> None:
+    space = toy_space()
+    history = run(SobolProposer(space, seed=1), 8, batch=8)
+    good = {"x": 0.2, "c": "a", "mix.p": 0.5, "mix.q": 0.5}
+    calls: list[int] = []
+
+    def source(hist):
+        calls.append(len(hist))
+        return [dict(history[0].recipe.values),  # already evaluated: dropped
+                {"x": 7.0, "c": "a", "mix.p": 0.5, "mix.q": 0.5},  # out of range: skipped with a warning
+                Recipe(good), good]  # the same recipe twice: kept once
+
+    p = BoTorchProposer(space, seed=0, objectives=OBJ, pool_size=200, fit_iters=15, extra=source)
+    with pytest.warns(UserWarning, match=r"extra candidate 1 skipped: x=7.0 is outside"):
+        extra = p._extra(history, {r.recipe.key for r in history})
+    assert extra == [good]
+    # it reaches the acquisition (first row, kept by the pre-screen), which judges it like any candidate
+    scored: list[torch.Tensor] = []
+    select = p._select
+    p._select = lambda model, X, Y, X_pool, n: scored.append(X_pool) or select(model, X, Y, X_pool, n)
+    with pytest.warns(UserWarning):
+        out = p.propose(history, 2)
+    assert calls == [8, 8] and torch.equal(scored[0][0], p.encoder.encode(good))  # once per call above
+    assert len(out) == 2 and not {r.key for r in out} & {r.recipe.key for r in history}
+
+    def broken(hist):
+        raise ConnectionError("designer endpoint unreachable")
+
+    q = BoTorchProposer(space, seed=0, objectives=OBJ, pool_size=200, fit_iters=15, extra=broken)
+    with pytest.warns(UserWarning, match="extra candidate source failed"):
+        assert len(q.propose(history, 2)) == 2
+
+
+# --- Optuna's samplers as proposers -------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["tpe", "nsga2"])
+def test_optuna_proposers_respect_conditions_simplex_and_history(name: str) -> None:
+    space = full_space()
+    proposer = PROPOSERS.get(name)(space, seed=0, objectives=[("s", "max"), ("cost", "min")])
+    history: list[TrialRecord] = []
+    for i in range(14):
+        rec = proposer.propose(history, 1)[0]
+        space.validate(rec.values)
+        assert ("proas.lambda" in rec.values) == (rec.values["algorithm"] == "proas")
+        assert abs(sum(rec.values[m] for m in ("mix.arith", "mix.agent", "mix.code")) - 1) < 1e-5
+        state = "failed" if i == 3 else "complete"
+        history.append(TrialRecord(i, state, rec, {"s": -abs(math.log10(rec.values["lr"]) + 4)},
+                                   {"wall_s": float(rec.values["steps"])}))
+    assert len({r.recipe.key for r in history}) == 14
+    batch = proposer.propose(history, 3)
+    assert len(batch) == 3 and not {r.key for r in batch} & {r.recipe.key for r in history}
+
+
+def test_bench_quick_smoke() -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "bench" / "optimizer.py"), "--quick"], capture_output=True,
+                       text=True, timeout=600, cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for needle in ("BraninCurrin", "DTLZ2", "recipe", "proposal overhead", "quick smoke run"):
+        assert needle in r.stdout, r.stdout[-3000:]

@@ -12,7 +12,10 @@ from typing import Any
 
 from evaluators.registry import Registry
 from trainers.grpo import GRPOConfig
+from trainers.clocks import CollapseSettings
+from trainers.distill import DistillSettings
 from trainers.losses import ProxKLSettings
+from trainers.sft import SFTConfig
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,10 @@ class Knob:
     log: bool = False
     choices: tuple[Any, ...] | None = None
     help: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Its declared fields (unset ones left out; a bound of 0 is kept)."""
+        return {f: v for f, v in asdict(self).items() if not (v is None or v is False or v == "")}
 
 
 @dataclass(frozen=True)
@@ -41,8 +48,7 @@ class Algorithm:
     def as_dict(self) -> dict[str, Any]:
         return {"name": self.name, "summary": self.summary, "applies_to": sorted(self.applies_to),
                 "fixed": dict(self.fixed),
-                "knobs": [{f: v for f, v in asdict(knob).items() if v not in (None, False, "")}
-                          for knob in self.knobs]}
+                "knobs": [knob.as_dict() for knob in self.knobs]}
 
 
 ALGORITHMS: Registry = Registry("algorithm")
@@ -65,66 +71,144 @@ REUSE = (
     Knob("minibatches", "int", 1, 8, help="optimizer steps per pass"),
     Knob("staleness", "int", 0, 8, help="train on the batch generated this many updates ago"),
 )
+# the two clocks (§6) and self-distillation (§4): any algorithm can carry them
+SCHEDULE = (
+    Knob("batch_switch_at", "float", 0.2, 1.0, help="fraction of steps after which the batch grows (1: never)"),
+    Knob("batch_multiplier", "int", 1, 4, help="the larger batch, in multiples of the first"),
+    Knob("lr_alpha", "categorical", choices=(0.0, 0.5, 1.0), help="lr = lr0·(N/N0)^alpha as the batch changes"),
+)
+DISTILL = (
+    Knob("distill.weight", "float", 0.0, 0.9, help="w_d: share of self-distillation in the loss (0: off)"),
+    Knob("distill.context", "categorical", choices=("answer", "sibling"),
+         help="privileged context of the teacher: the reference answer or a successful sibling"),
+    Knob("distill.divergence", "categorical", choices=("sampled_rkl", "topk_rkl"),
+         help="reverse KL on the sampled token, or over the student's top-k tokens"),
+    Knob("distill.teacher", "categorical", choices=("live", "frozen", "ema"), help="the teacher's weights"),
+)
+DYNAMIC = (Knob("dynamic_sampling", "bool", help="drop groups with equal rewards and resample (DAPO)"),)
 PROX = tuple(
     Knob(f"prox.{n}", kind, lo, hi, log, None, h) for n, kind, lo, hi, log, h in (
-        ("beta_p", "float", 0.0, 1.0, False, "weight of the bounded future-KL credit"),
+        ("beta_p", "float", 0.0, 2.0, False, "weight of the bounded future-KL credit"),
         ("horizon", "int", 0, 16, False, "future-KL horizon in tokens (0: whole tail)"),
         ("gamma", "float", 0.5, 1.0, False, "discount inside the horizon"),
         ("bound", "float", 0.1, 5.0, True, "clip of the future-KL credit"),
         ("c_is", "float", 1.0, 10.0, True, "cap on the staleness weight"),
         ("c_mask", "float", 2.0, 100.0, True, "staleness ratio above which a token is masked"),
         ("c_prox", "float", 1.0, 10.0, True, "cap on exp(δ)"),
+        ("ewma_decay", "float", 0.0, 0.99, False, "EWMA decay of π_prox's weights (mode ewma)"),
     )
+) + (Knob("prox.mode", "categorical", choices=("snapshot", "ewma"), help="π_prox: snapshot or EWMA of weights"),)
+EXTRAS = SCHEDULE + DISTILL
+PROAS = (  # trainers.proas.ProASConfig; read by trainers.multiturn.multi_turn_config
+    Knob("proas.graph_source", "categorical", choices=("rules", "distilled", "both"),
+         help="edge validity from the env's rules + walkthroughs, distilled rollouts, or both"),
+    Knob("proas.theta_v", "float", 0.1, 0.9, help="a step is a deviation when its validity is below this"),
+    Knob("proas.v_unk", "float", 0.5, 1.0, help="validity of unknown edges (1: neutral)"),
+    Knob("proas.n_min", "int", 1, 16, help="occurrences before an edge's distilled estimate counts"),
+    Knob("proas.window", "int", 1, 32, help="iterations of rollouts the distilled estimate covers"),
+    Knob("proas.lam", "float", 0.0, 1.0, help="share of a failed episode's penalty moved to its first deviations"),
+    Knob("proas.k_dev", "int", 1, 4, help="first deviations sharing the moved penalty"),
+    Knob("proas.rho", "float", 0.2, 1.0, help="decay of the moved penalty over the deviations"),
+    Knob("proas.gate", "categorical", choices=("soft", "hard"), help="masking gate in successful episodes"),
 )
 
 for algo in (
     Algorithm("grpo", "GRPO: group-normalized advantage, clipped surrogate (DeepSeekMath)",
               frozenset({"single_turn", "multi_turn"}),
               {"policy_loss": "clip", "scale_rewards": "group", "aggregation": "seq_mean"},
-              COMMON + CLIP + REUSE + (Knob("scale_rewards", "categorical", choices=("group", "batch", "none")),
+              COMMON + CLIP + REUSE + EXTRAS + DYNAMIC + (Knob("scale_rewards", "categorical", choices=("group", "batch", "none")),
                                        Knob("aggregation", "categorical", choices=("seq_mean", "token_mean", "fixed_len")))),
     Algorithm("dr_grpo", "Dr.GRPO: unscaled advantage, constant normalizer (arXiv 2503.20783)",
               frozenset({"single_turn", "multi_turn"}),
-              {"policy_loss": "clip", "scale_rewards": "none", "aggregation": "fixed_len"}, COMMON + CLIP + REUSE),
+              {"policy_loss": "clip", "scale_rewards": "none", "aggregation": "fixed_len"},
+              COMMON + CLIP + REUSE + EXTRAS + DYNAMIC),
     Algorithm("dapo", "DAPO: clip-higher, token-mean loss, overlong masking (arXiv 2503.14476)",
               frozenset({"single_turn"}),
-              {"policy_loss": "clip", "aggregation": "token_mean", "mask_truncated": True, "eps_high": 0.28},
-              COMMON + CLIP + REUSE),
+              {"policy_loss": "clip", "aggregation": "token_mean", "mask_truncated": True, "eps_high": 0.28,
+               "dynamic_sampling": True},
+              COMMON + CLIP + REUSE + EXTRAS),
     Algorithm("pg", "plain policy gradient with the group baseline; no off-policy correction",
-              frozenset({"single_turn", "multi_turn"}), {"policy_loss": "pg"}, COMMON + REUSE),
+              frozenset({"single_turn", "multi_turn"}), {"policy_loss": "pg"}, COMMON + REUSE + EXTRAS),
     Algorithm("cispo", "CISPO: clipped, detached importance weight on every token (arXiv 2506.13585)",
-              frozenset({"single_turn", "off_policy"}), {"policy_loss": "cispo"}, COMMON + CLIP + REUSE),
+              frozenset({"single_turn", "off_policy"}), {"policy_loss": "cispo"}, COMMON + CLIP + REUSE + EXTRAS),
     Algorithm("proximal_kl", "Proximal KL: staleness weights + bounded future-KL credit (ALGORITHMS.md §3)",
               frozenset({"single_turn", "multi_turn", "off_policy"}), {"policy_loss": "proximal_kl"},
-              COMMON + REUSE + PROX),
+              COMMON + REUSE + PROX + EXTRAS),
+    Algorithm("proas", "ProAS: reference-graph credit shaping of GRPO for multi-turn agents (ALGORITHMS.md §2)",
+              frozenset({"multi_turn"}), {"policy_loss": "clip", "scale_rewards": "group", "aggregation": "seq_mean"},
+              COMMON + CLIP + PROAS),
 ):
     ALGORITHMS.add(algo.name, algo)
 
 
+NESTED = {"prox": ProxKLSettings, "distill": DistillSettings, "collapse": CollapseSettings}
+"""Recipe keys `<prefix>.<field>` fill these nested settings of GRPOConfig."""
+
+
 def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
-    """A validated GRPOConfig for algorithm `name` from recipe `values` (unknown keys are ignored,
-    so a recipe may carry mixture weights and other non-trainer settings)."""
+    """A validated GRPOConfig for algorithm `name` from recipe `values` (unknown top-level keys are
+    ignored, so a recipe may carry mixture weights, an SFT stage and other non-trainer settings)."""
     algo: Algorithm = ALGORITHMS.get(name)
     top = {f.name for f in fields(GRPOConfig)}
     cfg: dict[str, Any] = {}
-    prox: dict[str, Any] = {}
+    nested: dict[str, dict[str, Any]] = {k: {} for k in NESTED}
     for k, v in values.items():
-        if k.startswith("prox."):
-            prox[k[len("prox."):]] = v
-        elif k in top and k != "prox":
+        prefix, _, rest = k.partition(".")
+        if rest and prefix in NESTED:
+            nested[prefix][rest] = v
+        elif k in top and k not in NESTED:
             cfg[k] = v
     if "eps" in values:  # a symmetric clip range in the recipe
         cfg.setdefault("eps_low", values["eps"])
         cfg.setdefault("eps_high", values["eps"])
     cfg.update(algo.fixed)
     cfg.update(runtime)
-    prox_fields = {f.name for f in fields(ProxKLSettings)}
-    unknown = set(prox) - prox_fields
-    if unknown:
-        raise ValueError(f"unknown Proximal KL settings {sorted(unknown)}; known: {sorted(prox_fields)}")
-    return GRPOConfig(**cfg, prox=ProxKLSettings(**prox))
+    for prefix, cls in NESTED.items():
+        known = {f.name for f in fields(cls)}
+        unknown = set(nested[prefix]) - known
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} fields {sorted(f'{prefix}.{u}' for u in unknown)}; "
+                             f"known: {sorted(known)}")
+        cfg[prefix] = cls(**nested[prefix])
+    return GRPOConfig(**cfg)
 
 
 def catalog() -> list[dict[str, Any]]:
     """Every algorithm as plain data (for the designer's catalog)."""
     return [ALGORITHMS.get(n).as_dict() for n in ALGORITHMS.names()]
+
+
+@dataclass(frozen=True)
+class Stage:
+    """A recipe stage that runs before the RL algorithm (its knobs are `<name>.<field>` recipe keys)."""
+
+    name: str
+    summary: str
+    knobs: tuple[Knob, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "summary": self.summary,
+                "knobs": [knob.as_dict() for knob in self.knobs]}
+
+
+STAGES: Registry = Registry("recipe stage")
+STAGES.add("sft", Stage("sft", "supervised fine-tuning on verified solutions from the sources, before RL", (
+    Knob("sft.steps", "int", 0, 200, help="SFT optimizer steps before RL (0: no SFT stage)"),
+    Knob("sft.lr", "float", 1e-5, 1e-3, log=True, help="SFT learning rate (cosine decay)"),
+    Knob("sft.batch_size", "int", 4, 64, help="verified (question, answer) pairs per SFT step"),
+)))
+
+
+def sft_config_for(values: dict[str, Any], **runtime: Any) -> SFTConfig:
+    """The recipe's SFT stage (steps 0 when the recipe has none)."""
+    known = {f.name for f in fields(SFTConfig)}
+    got = {k[len("sft."):]: v for k, v in values.items() if k.startswith("sft.")}
+    unknown = set(got) - known
+    if unknown:
+        raise ValueError(f"unknown SFTConfig fields {sorted(f'sft.{u}' for u in unknown)}; known: {sorted(known)}")
+    return SFTConfig(**got, **runtime)
+
+
+def stages() -> list[dict[str, Any]]:
+    """Every pre-RL stage as plain data (for the designer's catalog)."""
+    return [STAGES.get(n).as_dict() for n in STAGES.names()]

@@ -1,11 +1,12 @@
 """GRPO (DeepSeekMath, arXiv 2402.03300) with the Dr.GRPO and DAPO variants of ALGORITHMS.md §1:
 group advantages, clipped token loss with ε_low/ε_high, optional k3 KL to a frozen reference (only
 when β > 0), seq_mean / token_mean / fixed_len aggregation, truncated-completion masking, and rollout
-reuse (`num_iterations` passes × `minibatches` optimizer steps per generation batch)."""
+reuse (`num_iterations` passes × `minibatches` optimizer steps per generation batch), DAPO's dynamic
+sampling, rollout staleness, self-distillation mixed into the loss (ALGORITHMS.md §4) and the two
+clocks of §6 (batch schedule with lr scaling; the failure clock that stops a collapsing trial)."""
 
 from __future__ import annotations
 
-import copy
 import math
 import time
 from collections.abc import Callable
@@ -14,11 +15,16 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluators.registry import Registry
+from evaluators.sources import Item, Task
+from trainers.backends import ROLLOUT_BACKENDS
+from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
+from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine, teacher_log_dist
 from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings
 from trainers.mixture import Mixture
 from trainers.prompts import format_prompt
-from trainers.rollout import Rollouts, completion_logprobs, generate
+from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs
+from trainers.weights import ema_update, frozen_copy
 
 
 @dataclass
@@ -53,6 +59,24 @@ class GRPOConfig:
     """Train on the batch generated this many updates ago (the off-policy regime of async RL)."""
     mask_truncated: bool = False
     """Drop truncated completions from the loss (DAPO's overlong masking)."""
+    dynamic_sampling: bool = False
+    """DAPO: drop groups whose rewards are all equal (no signal) and sample more prompts until the
+    batch is full or `max_sample_rounds` rounds have run."""
+    max_sample_rounds: int = 3
+    batch_switch_at: float = 1.0
+    """Batch schedule: after this fraction of the steps, prompts per step grow by batch_multiplier
+    (1.0: never)."""
+    batch_multiplier: int = 1
+    lr_alpha: float = 0.0
+    """lr = lr₀·(N/N₀)^α with N the batch in sequences: 0 keeps lr, 0.5 square-root, 1 linear."""
+    lr_ref_batch: int | None = None
+    """N₀ in sequences (default: the starting batch prompts_per_step × group_size)."""
+    distill: DistillSettings = field(default_factory=DistillSettings)
+    """Self-distillation mixed into the loss (off while distill.weight is 0)."""
+    collapse: CollapseSettings = field(default_factory=CollapseSettings)
+    """When the failure clock fires."""
+    stop_on_collapse: bool = True
+    """Stop training when the failure clock fires (the trainer's `collapse` says why)."""
     num_iterations: int = 1
     """Passes over each generation batch."""
     minibatches: int = 1
@@ -66,6 +90,8 @@ class GRPOConfig:
     optimizer: str = "adamw"
     """adamw, or sgd (momentum 0.9): steps proportional to the gradient, so weights the reward says
     nothing about barely move — gentler on a small model than Adam's sign-like first steps."""
+    rollout_backend: str = "hf"
+    """Who samples rollouts: hf (transformers generate, CPU/GPU) or vllm (GPU, extra `sro[vllm]`)."""
     seed: int = 0
     max_seconds: float | None = None
     """Stop early (at a step boundary) after this many seconds."""
@@ -87,12 +113,22 @@ class GRPOConfig:
             problems.append(f"policy_loss must be one of {POLICY_LOSSES.names()} (got {self.policy_loss!r})")
         if isinstance(self.prox, dict):
             self.prox = ProxKLSettings(**self.prox)
+        if isinstance(self.distill, dict):
+            self.distill = DistillSettings(**self.distill)
+        if isinstance(self.collapse, dict):
+            self.collapse = CollapseSettings(**self.collapse)
+        if not 0.0 < self.batch_switch_at <= 1.0 or self.batch_multiplier < 1:
+            problems.append("batch_switch_at must be in (0, 1] and batch_multiplier >= 1")
+        if self.lr_alpha < 0 or self.max_sample_rounds < 1:
+            problems.append("lr_alpha must be >= 0 and max_sample_rounds >= 1")
         if self.scale_rewards not in ADVANTAGES:
             problems.append(f"scale_rewards must be one of {ADVANTAGES.names()} (got {self.scale_rewards!r})")
         if self.aggregation not in AGGREGATIONS:
             problems.append(f"aggregation must be one of {AGGREGATIONS.names()} (got {self.aggregation!r})")
         if (self.prompts_per_step * self.group_size) < self.minibatches:
             problems.append("minibatches cannot exceed prompts_per_step × group_size")
+        if self.rollout_backend not in ROLLOUT_BACKENDS:
+            problems.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS.names()} (got {self.rollout_backend!r})")
         if self.optimizer not in OPTIMIZERS:
             problems.append(f"optimizer must be one of {OPTIMIZERS.names()} (got {self.optimizer!r})")
         if problems:
@@ -104,45 +140,103 @@ OPTIMIZERS.add("adamw", lambda params, c: torch.optim.AdamW(params, lr=c.lr, wei
 OPTIMIZERS.add("sgd", lambda params, c: torch.optim.SGD(params, lr=c.lr, momentum=0.9, weight_decay=c.weight_decay))
 
 
+@dataclass
+class Batch:
+    """One generation batch, flattened prompt-major like `Rollouts`: rewards (N,), log μ (N, C) when
+    it will be needed, and each row's prompt text and (task, item)."""
+
+    ro: Rollouts
+    rewards: torch.Tensor
+    prompts: list[str]
+    items: list[tuple[Task, Item]]
+    behav: torch.Tensor | None = None
+    rounds: int = 1
+    kept: float = 1.0
+    """Share of the wanted groups that carried signal (dynamic sampling)."""
+
+    def groups(self, keep: list[int], group_size: int) -> Batch:
+        rows = [g * group_size + j for g in keep for j in range(group_size)]
+        return Batch(self.ro.select(rows), self.rewards[rows], [self.prompts[i] for i in rows],
+                     [self.items[i] for i in rows])
+
+    @staticmethod
+    def cat(parts: list[Batch], pad_id: int) -> Batch:
+        return Batch(Rollouts.cat([b.ro for b in parts], pad_id), torch.cat([b.rewards for b in parts]),
+                     [p for b in parts for p in b.prompts], [it for b in parts for it in b.items])
+
+
 class GRPOTrainer:
     """Trains `model` in place on prompts drawn from `mixture`, rewarded by each task's verifier."""
 
     def __init__(self, model, tokenizer, config: GRPOConfig, mixture: Mixture) -> None:
         self.model, self.tok, self.cfg, self.mixture = model, tokenizer, config, mixture
         self.opt = OPTIMIZERS.get(config.optimizer)(model.parameters(), config)
-        self.ref = None
-        if config.beta > 0:  # a frozen reference costs a model copy, so only when the KL is on
-            self.ref = copy.deepcopy(model).eval()
-            for p in self.ref.parameters():
-                p.requires_grad_(False)
+        # extra weight copies cost memory, so each exists only when its feature is on
+        self.ref = frozen_copy(model) if config.beta > 0 else None
+        d = config.distill
+        self.teacher = frozen_copy(model) if d.weight > 0 and d.teacher != "live" else None
+        ewma = config.policy_loss == "proximal_kl" and config.prox.mode == "ewma"
+        self.prox_model = frozen_copy(model) if ewma else None
+        self.schedule = BatchSchedule(config.prompts_per_step, config.group_size, config.steps,
+                                      config.batch_switch_at, config.batch_multiplier, config.lr_alpha,
+                                      config.lr_ref_batch)
+        self.clock = FailureClock(config.collapse)
+        self.collapse: str | None = None
+        """Why the failure clock fired (None while the trial is healthy)."""
         self.samples = 0
+        """Completions generated so far (dynamic sampling and staleness included: what was paid for)."""
         self.tokens = 0
         self.step_count = 0
-        self._queue: list[tuple[Rollouts, torch.Tensor, torch.Tensor | None]] = []
+        self._queue: list[Batch] = []
+        self._first_reward: float | None = None
         torch.manual_seed(config.seed)
+        self.backend = ROLLOUT_BACKENDS.get(config.rollout_backend)(model, tokenizer, seed=config.seed)
 
     def _needs_behaviour_logp(self) -> bool:
         """μ differs from π_θ only under staleness or reuse; then it is kept (losses and metrics read it)."""
         cfg = self.cfg
         return cfg.staleness > 0 or cfg.num_iterations > 1 or cfg.minibatches > 1
 
-    def _rollout(self) -> tuple[Rollouts, torch.Tensor, torch.Tensor | None]:
-        """Generate one batch; return it, its rewards (N,) and log μ (N, C) when it will be needed."""
-        batch = self.mixture.sample(self.cfg.prompts_per_step)
-        prompts = [format_prompt(item.question, self.tok) for _, item in batch]
+    def _generate(self, n_prompts: int) -> Batch:
+        drawn = self.mixture.sample(n_prompts)
+        prompts = [format_prompt(item.question, self.tok) for _, item in drawn]
         self.model.eval()
-        ro = generate(self.model, self.tok, prompts, self.cfg.group_size, self.cfg.temperature,
-                      self.cfg.max_new_tokens)
         G = self.cfg.group_size
-        rewards = torch.tensor([batch[i // G][0].score(batch[i // G][1], text) for i, text in enumerate(ro.texts)],
+        ro = self.backend.generate(prompts, G, self.cfg.temperature, self.cfg.max_new_tokens)
+        items = [drawn[i // G] for i in range(len(ro.texts))]
+        rewards = torch.tensor([task.score(item, text) for (task, item), text in zip(items, ro.texts)],
                                dtype=torch.float32)
-        behav = None
+        self.samples += len(ro.texts)
+        self.tokens += int(ro.attention_mask.sum())
+        return Batch(ro, rewards, [prompts[i // G] for i in range(len(ro.texts))], items)
+
+    def _rollout(self) -> Batch:
+        """Generate one batch (with dynamic sampling: only groups whose rewards differ, over up to
+        `max_sample_rounds` rounds), and log μ when it will be needed."""
+        cfg, G = self.cfg, self.cfg.group_size
+        P = self.schedule.prompts(self.step_count + len(self._queue))
+        b = self._generate(P)
+        if cfg.dynamic_sampling:
+            parts, have, rounds = [], 0, 1
+            while True:
+                r = b.rewards.view(-1, G)
+                signal = [g for g in range(r.shape[0]) if float(r[g].max() - r[g].min()) > 0][: P - have]
+                if signal:
+                    parts.append(b.groups(signal, G))
+                    have += len(signal)
+                if have >= P or rounds >= cfg.max_sample_rounds:
+                    break
+                b = self._generate(P - have)
+                rounds += 1
+            if parts:  # else: no group carried signal; train on the last (zero-advantage) batch
+                b = Batch.cat(parts, self.tok.pad_token_id)
+            b.rounds, b.kept = rounds, have / P
         if self._needs_behaviour_logp():
             with torch.no_grad():
-                behav = completion_logprobs(self.model, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
-        return ro, rewards, behav
+                b.behav = completion_logprobs(self.model, b.ro.input_ids, b.ro.attention_mask, b.ro.prompt_len)[0]
+        return b
 
-    def _next_batch(self) -> tuple[Rollouts, torch.Tensor, torch.Tensor | None]:
+    def _next_batch(self) -> Batch:
         """The batch generated `staleness` updates ago (the queue is filled on the first step)."""
         self._queue.append(self._rollout())
         while len(self._queue) <= self.cfg.staleness:
@@ -151,71 +245,131 @@ class GRPOTrainer:
 
     def step(self) -> dict[str, float]:
         """One generation batch and its optimizer steps; returns the step's metrics."""
-        cfg = self.cfg
+        cfg, d = self.cfg, self.cfg.distill
         self.step_count += 1
+        lr = self.schedule.lr(cfg.lr, self.step_count) * min(1.0, self.step_count / max(1, cfg.warmup_steps))
         for g in self.opt.param_groups:
-            g["lr"] = cfg.lr * min(1.0, self.step_count / max(1, cfg.warmup_steps))
-        ro, rewards, behav = self._next_batch()
+            g["lr"] = lr
+        b = self._next_batch()
+        ro = b.ro
         dev = ro.input_ids.device
-        adv = ADVANTAGES.get(cfg.scale_rewards)(rewards, cfg.group_size).to(dev)  # (N,)
+        adv = ADVANTAGES.get(cfg.scale_rewards)(b.rewards, cfg.group_size).to(dev)  # (N,)
         mask = ro.completion_mask.float()  # (N, C)
         if cfg.mask_truncated:
             mask = mask * (~ro.truncated).float().unsqueeze(-1)
+        distilling = d.weight > 0
         with torch.no_grad():
-            # π_prox: the policy as this update begins (a snapshot, ALGORITHMS.md §3)
-            prox = (completion_logprobs(self.model, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
-                    if behav is not None or cfg.policy_loss == "proximal_kl" else None)
+            # π_prox: the policy as this update begins (snapshot) or the EWMA of its weights (§3)
+            prox = (completion_logprobs(self.prox_model or self.model, ro.input_ids, ro.attention_mask,
+                                        ro.prompt_len)[0]
+                    if b.behav is not None or cfg.policy_loss == "proximal_kl" else None)
             ref_logp = (completion_logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
                         if self.ref is not None else None)
+            if distilling:
+                prefixes, use = CONTEXTS.get(d.context)([it.question for _, it in b.items],
+                                                        [it.answer for _, it in b.items], ro.texts, b.rewards,
+                                                        cfg.group_size, self.tok)
+                t_dist = teacher_log_dist(self.teacher or self.model, self.tok, ro, prefixes, b.prompts)
+                d_mask = mask * use.to(dev).unsqueeze(-1)
         aggregate = AGGREGATIONS.get(cfg.aggregation)
         policy_loss = POLICY_LOSSES.get(cfg.policy_loss)
+        divergence = DIVERGENCES.get(d.divergence)
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
         N = ro.input_ids.shape[0]
         stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "stale_kl": 0.0}
+        if distilling:
+            stats.update(distill_loss=0.0, distill_kl=0.0, grad_cos=0.0)  # distill_kl: sampled KL(student‖teacher)
         n_updates = 0
         for _ in range(cfg.num_iterations):
             for idx in torch.randperm(N).chunk(cfg.minibatches):
-                logp, ent = completion_logprobs(self.model, ro.input_ids[idx], ro.attention_mask[idx],
-                                                ro.prompt_len, with_entropy=True)  # (n, C)
+                s_dist = completion_log_dist(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len)
+                tokens = ro.completion_ids[idx]
+                logp = s_dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (n, C)
+                ent = -(s_dist.exp() * s_dist).sum(-1).detach()
                 p_logp = prox[idx] if prox is not None else logp.detach()
-                b_logp = behav[idx] if behav is not None else p_logp
+                b_logp = b.behav[idx] if b.behav is not None else p_logp
                 m = mask[idx]
                 inputs = LossInputs(logp, b_logp, p_logp, adv[idx].unsqueeze(-1).expand_as(logp), m)
                 tok_loss = policy_loss(inputs, eps_low=cfg.eps_low, eps_high=cfg.eps_high, prox=cfg.prox)
                 kl = k3_kl(logp, ref_logp[idx]) if ref_logp is not None else torch.zeros_like(logp)
                 loss = aggregate(tok_loss + cfg.beta * kl, m)
                 self.opt.zero_grad(set_to_none=True)
-                loss.backward()
+                if distilling:
+                    dm = d_mask[idx]
+                    dloss = (divergence(s_dist, t_dist[idx], tokens, top_k=d.top_k) * dm).sum() / dm.sum().clamp(min=1)
+                    # the two gradients apart, to log their cosine (§4), then mixed (1 − w_d)·g_pol + w_d·g_dis
+                    g_pol = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
+                    g_dis = torch.autograd.grad(dloss, params, allow_unused=True)
+                    for p, gp, gd in zip(params, g_pol, g_dis):
+                        parts = [(1 - d.weight) * gp if gp is not None else None, d.weight * gd if gd is not None else None]
+                        parts = [x for x in parts if x is not None]
+                        p.grad = sum(parts) if parts else None
+                    stats["distill_loss"] += float(dloss.detach())
+                    t_tok = t_dist[idx].gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+                    stats["distill_kl"] += float(((logp.detach() - t_tok) * dm).sum() / dm.sum().clamp(min=1))
+                    stats["grad_cos"] += grad_cosine(g_pol, g_dis)
+                    loss = (1 - d.weight) * loss + d.weight * dloss
+                else:
+                    loss.backward()
                 gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                self.opt.step()
+                if torch.isfinite(gn):  # a non-finite gradient would poison the weights; the clock reports it
+                    self.opt.step()
+                if self.prox_model is not None:
+                    ema_update(self.prox_model, self.model, cfg.prox.ewma_decay)
+                if self.teacher is not None and d.teacher == "ema":
+                    ema_update(self.teacher, self.model, d.ema_decay)
                 ratio = torch.exp(logp.detach() - b_logp)
                 clipped = ((ratio < 1 - cfg.eps_low) | (ratio > 1 + cfg.eps_high)).float()
                 denom = m.sum().clamp(min=1)
                 stats["loss"] += loss.item()
                 stats["kl"] += float((kl.detach() * m).sum() / denom)
-                stats["entropy"] += float((ent.detach() * m).sum() / denom)
+                stats["entropy"] += float((ent * m).sum() / denom)
                 stats["clip_frac"] += float((clipped * m).sum() / denom)
                 stats["stale_kl"] += float(((p_logp - b_logp).abs() * m).sum() / denom)
                 stats["grad_norm"] += float(gn)
                 n_updates += 1
         self.model.eval()
-        self.samples += N
-        self.tokens += int(ro.attention_mask.sum())
+        self.backend.sync(self.model)
         out = {k: v / n_updates for k, v in stats.items()}
-        out.update(reward=float(rewards.mean()), accuracy=float((rewards >= 1).float().mean()),
-                   truncated=float(ro.truncated.float().mean()), samples=self.samples, tokens=self.tokens)
+        out.update(reward=float(b.rewards.mean()), accuracy=float((b.rewards >= 1).float().mean()),
+                   truncated=float(ro.truncated.float().mean()), samples=self.samples, tokens=self.tokens,
+                   lr=lr, batch=N)
+        if cfg.dynamic_sampling:
+            out.update(kept_groups=b.kept, sample_rounds=b.rounds)
         return out
 
     def train(self, on_step: Callable[[int, dict[str, float]], bool | None] | None = None) -> list[dict[str, float]]:
-        """Run `steps` generation batches; `on_step(step, metrics)` returning True stops early."""
+        """Run `steps` generation batches; `on_step(step, metrics)` returning True stops early, and so
+        does the failure clock (then `self.collapse` says why)."""
         history = []
         t0 = time.monotonic()
         for s in range(1, self.cfg.steps + 1):
-            m = self.step()
+            try:
+                m = self.step()
+            except RuntimeError as e:  # e.g. sampling from a policy whose weights went non-finite
+                if not any(w in str(e) for w in ("nan", "inf")):
+                    raise
+                self.collapse = f"the step failed on non-finite values: {e}"
+                history.append({"step": s, "collapsed": 1.0, "samples": self.samples})
+                if on_step is not None:
+                    on_step(s, history[-1])
+                break
             m["step"] = s
             m["wall_s"] = time.monotonic() - t0
+            if self._first_reward is None:
+                self._first_reward = m["reward"]
+            reason = self.clock.observe(m)
+            # the progress clock: smoothed reward gained per thousand samples paid for
+            ema = self.clock.ema if self.clock.ema is not None else m["reward"]
+            m["reward_gain_per_ksample"] = (ema - self._first_reward) / max(1e-9, self.samples / 1000)
+            if reason and self.collapse is None:
+                self.collapse = reason
+                m["collapsed"] = 1.0
             history.append(m)
             if on_step is not None and on_step(s, m):
+                break
+            if self.collapse and self.cfg.stop_on_collapse:
                 break
             if self.cfg.max_seconds is not None and m["wall_s"] >= self.cfg.max_seconds:
                 break

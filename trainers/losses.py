@@ -38,20 +38,34 @@ class LossInputs:
 class ProxKLSettings:
     """Knobs of the Proximal KL loss (ALGORITHMS.md §3)."""
 
-    beta_p: float = 0.1
-    """β_p: weight of the future-KL credit subtracted from the advantage."""
+    beta_p: float = 1.0
+    """β_p: weight of the future-KL credit subtracted from the advantage. With β_p·B at least the
+    typical |Â| (≈1 after group normalization), the credit can cancel the advantage of tokens that
+    already moved away from π_prox: a soft trust region. At β_p = 0.1 it could not, and under reuse 4
+    × staleness 2 at lr 1e-3 the loss collapsed like plain policy gradient (docs/benchmarks.md)."""
     horizon: int = 4
     """H: tokens of future KL credited to each token (0 means the whole tail)."""
     gamma: float = 1.0
     """γ: discount inside the horizon."""
-    bound: float = 1.0
+    bound: float = 2.0
     """B: the future-KL credit is clipped to [−B, B]."""
     c_is: float = 2.0
     """C_is: cap on the staleness weight π_prox/μ."""
     c_mask: float = 10.0
     """C_mask: tokens whose staleness ratio exceeds this get weight 0."""
-    c_prox: float = 2.0
-    """C_prox: cap on ρ_t = exp(sg(δ_t))."""
+    c_prox: float = 1.0
+    """C_prox: cap on ρ_t = exp(sg(δ_t)); 1 never up-weights a token whose probability already rose."""
+    mode: str = "snapshot"
+    """π_prox: snapshot (the policy when each batch's update begins) or ewma (an exponential moving
+    average of the weights, updated after every optimizer step)."""
+    ewma_decay: float = 0.5
+    """θ_prox ← decay·θ_prox + (1 − decay)·θ after each optimizer step (mode ewma)."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("snapshot", "ewma"):
+            raise ValueError(f"ProxKLSettings: mode must be snapshot or ewma (got {self.mode!r})")
+        if not 0.0 <= self.ewma_decay < 1.0:
+            raise ValueError(f"ProxKLSettings: ewma_decay must be in [0, 1) (got {self.ewma_decay})")
 
 
 @POLICY_LOSSES.register("clip")

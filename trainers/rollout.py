@@ -27,6 +27,31 @@ class Rollouts:
     def completion_ids(self) -> torch.Tensor:
         return self.input_ids[:, self.prompt_len :]
 
+    def select(self, rows: list[int]) -> Rollouts:
+        """The given rows, in order."""
+        idx = torch.tensor(rows, dtype=torch.long, device=self.input_ids.device)
+        return Rollouts(self.input_ids[idx], self.attention_mask[idx], self.completion_mask[idx],
+                        self.truncated[idx], self.prompt_len, [self.texts[i] for i in rows])
+
+    @staticmethod
+    def cat(parts: list[Rollouts], pad_id: int) -> Rollouts:
+        """Stack batches with different prompt and completion lengths: prompts stay left-padded to
+        the longest, completions right-padded to the longest (padding is masked everywhere)."""
+        L = max(r.prompt_len for r in parts)
+        C = max(r.completion_ids.shape[1] for r in parts)
+
+        def pad(t: torch.Tensor, left: int, right: int, value: int) -> torch.Tensor:
+            return torch.nn.functional.pad(t, (left, right), value=value)
+
+        ids, att, cm = [], [], []
+        for r in parts:
+            left, right = L - r.prompt_len, C - r.completion_ids.shape[1]
+            ids.append(pad(r.input_ids, left, right, pad_id))
+            att.append(pad(r.attention_mask, left, right, 0))
+            cm.append(pad(r.completion_mask, 0, right, 0))
+        return Rollouts(torch.cat(ids), torch.cat(att), torch.cat(cm), torch.cat([r.truncated for r in parts]),
+                        L, [t for r in parts for t in r.texts])
+
 
 def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     """Positions that skip left padding, so a padded row sees the same positions as an unpadded one."""
@@ -58,16 +83,18 @@ def generate(model, tokenizer, prompts: list[str], group_size: int = 1, temperat
     return Rollouts(out, attention_mask, completion_mask, truncated, prompt_len, texts)
 
 
+def completion_log_dist(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                        prompt_len: int) -> torch.Tensor:
+    """log π(· | y_<t) over the vocabulary at every completion position: (N, C, V), float32."""
+    logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                   position_ids=position_ids(attention_mask), use_cache=False).logits  # (N, L+C, V)
+    return torch.log_softmax(logits[:, prompt_len - 1 : -1, :].float(), dim=-1)  # predicts the completion
+
+
 def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
                         with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(y_t | y_<t) for every completion token: (N, C); optionally the entropy per token (N, C)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids(attention_mask), use_cache=False).logits  # (N, L+C, V)
-    logits = logits[:, prompt_len - 1 : -1, :].float()  # predictions for the completion tokens
-    logp = torch.log_softmax(logits, dim=-1)
-    target = input_ids[:, prompt_len:]
-    tok_logp = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
-    ent = None
-    if with_entropy:
-        ent = -(logp.exp() * logp).sum(-1)
+    logp = completion_log_dist(model, input_ids, attention_mask, prompt_len)
+    tok_logp = logp.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
+    ent = -(logp.exp() * logp).sum(-1) if with_entropy else None
     return tok_logp, ent

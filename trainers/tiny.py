@@ -22,6 +22,7 @@ import torch
 
 import trainers.models  # noqa: F401  (quiets transformers' load/save bars)
 from trainers.prompts import format_prompt
+from trainers.sft import supervised_batch
 
 PAD = "<|pad|>"
 BUILD_VERSION = 4  # bump when the recipe below changes, so caches rebuild
@@ -105,22 +106,6 @@ def cache_key(pairs: Sequence[tuple[str, str]], spec: TinySpec) -> str:
     return h.hexdigest()[:16]
 
 
-def _batch(tokenizer, pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, ...]:
-    """Right-padded (B, T) ids, mask and labels; the loss falls on the answer and its <eos> only."""
-    rows, labels = [], []
-    for q, a in pairs:
-        p = tokenizer(format_prompt(q, tokenizer), add_special_tokens=False)["input_ids"]
-        c = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        rows.append(p + c)
-        labels.append([-100] * len(p) + c)
-    width = max(map(len, rows))
-    pad = tokenizer.pad_token_id
-    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
-    lab = torch.tensor([r + [-100] * (width - len(r)) for r in labels])
-    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
-    return ids, mask, lab
-
-
 def pretrain(model, tokenizer, pairs: Sequence[tuple[str, str]], spec: TinySpec,
              progress: Callable[[int, float], None] | None = None) -> list[float]:
     """Supervised next-token training on (question, answer) pairs with cosine decay; returns losses."""
@@ -132,7 +117,7 @@ def pretrain(model, tokenizer, pairs: Sequence[tuple[str, str]], spec: TinySpec,
         lr = spec.lr * 0.5 * (1 + math.cos(math.pi * step / spec.pretrain_steps))
         for g in opt.param_groups:
             g["lr"] = lr
-        ids, mask, lab = _batch(tokenizer, rng.sample(list(pairs), min(spec.batch_size, len(pairs))))
+        ids, mask, lab = supervised_batch(tokenizer, rng.sample(list(pairs), min(spec.batch_size, len(pairs))))
         loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
         opt.zero_grad()
         loss.backward()

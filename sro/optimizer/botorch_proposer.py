@@ -4,23 +4,28 @@
 2) Otherwise fit one GP per objective (a batched `SingleTaskGP`, outcomes standardized, minimized
    objectives negated so every objective is maximized) on the complete trials,
 3) build a pool of valid candidate recipes — space-filling Sobol points, local moves around
-   Pareto-optimal recipes, crossovers between Pareto recipes that are best on different objectives —
+   Pareto-optimal recipes, crossovers between Pareto recipes that are best on different objectives,
+   and the recipes of a pluggable `extra` source (e.g. an LLM designer) that are valid in the space —
    minus every recipe already in the study,
-4) pick `n` of them greedily by qLogNEHVI (Ament et al. 2023, "Unexpected Improvements to Expected
+4) pre-screen the pool to its `screen` most promising candidates — those that the fewest others
+   dominate under the optimistic posterior (mean + std per objective; no sampling),
+5) pick `n` of them greedily by qLogNEHVI (Ament et al. 2023, "Unexpected Improvements to Expected
    Improvement for Bayesian Optimization", arXiv 2310.20708; the noisy hypervolume criterion of
-   Daulton et al. 2021, arXiv 2105.08195), the earlier picks passed as `X_pending`. With a single
-   objective the same role is played by qLogNEI from the same paper.
+   Daulton et al. 2021, arXiv 2105.08195), the earlier picks passed as `X_pending`, the reference
+   point inferred from the data (`acquisition_reference`). With a single objective the same role is
+   played by qLogNEI from the same paper.
 
-The acquisition is only evaluated on the pool, in chunks and without gradients: recipes are mixed
-discrete/continuous, and scoring a few thousand decoded candidates is both faster and safer than
-optimizing a relaxation and rounding it.
+The acquisition is only evaluated on the screened pool, in chunks and without gradients: recipes are
+mixed discrete/continuous, and scoring decoded candidates is both faster and safer than optimizing a
+relaxation and rounding it. Batch picks after the first keep the baseline's box decompositions and
+score each candidate jointly with the pending picks (`max_iep`), instead of re-partitioning per pick.
 """
 
 from __future__ import annotations
 
 import warnings
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,28 +40,21 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from sro.ledger import TrialRecord
 from sro.optimizer.encoding import RecipeEncoder, sobol_pool
+from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from sro.proposers import PROPOSERS, sobol_recipes
 from sro.recipe import Recipe
-from sro.space import RecipeSpace
+from sro.space import RecipeSpace, SpaceError
 
 Objective = tuple[str, str]
 """(key, "max" | "min"); key "cost" reads `record.cost["wall_s"]`, any other key `record.scores`."""
+
+ExtraSource = Callable[[Sequence[TrialRecord]], "Sequence[Recipe | dict[str, Any]]"]
+"""Extra candidates given the study so far (e.g. an LLM designer's proposals): recipes or values dicts."""
 
 
 def objective_value(record: TrialRecord, key: str) -> float:
     """The raw value of one objective for a trial (nan where the trial lacks it)."""
     return record.value(key)
-
-
-def reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
-    """(n, m) observed outcomes, maximization frame → (m,) point a margin below the worst value.
-
-    `margin` is a fraction of each objective's observed range (of its magnitude, or 1, when the range
-    is zero), so every observed point dominates the reference point and adds hypervolume.
-    """
-    lo, hi = Y.min(dim=0).values, Y.max(dim=0).values
-    span = torch.where(hi > lo, hi - lo, lo.abs().clamp_min(1.0))
-    return lo - margin * span
 
 
 class BoTorchProposer:
@@ -67,20 +65,32 @@ class BoTorchProposer:
         seed: seeds the Sobol sequence, the candidate pool and the MC sampler.
         objectives: (key, "max"|"min") pairs. None: every score key of the complete trials, maximized.
         n_init: complete trials needed before the GP is used; default max(4, 2 × #objectives).
-        pool_size: candidates scored by the acquisition per proposal.
-        mc_samples: quasi-MC samples of the GP posterior in the acquisition.
+        pool_size: candidates built per proposal (before the pre-screen).
+        screen: candidates kept by the optimistic-posterior pre-screen and scored by the acquisition.
+        mc_samples: quasi-MC samples of the GP posterior in the acquisition; a quarter of them (at
+            least 8) with three or more objectives, where each sample's box decomposition of the
+            baseline front is a separate ~30 ms computation (two objectives: one batched one).
         chunk: candidates scored per acquisition call (bounds memory).
-        fit_iters: L-BFGS steps per GP fit (warm-started from the previous proposal).
+        fit_iters: L-BFGS steps of a cold GP fit; a quarter of them when warm-started from the last fit
+            (each step costs ~10-50 ms of Python overhead whatever the data size).
+        refit_growth: the hyperparameters are re-optimized only once the number of modelled trials
+            has grown by more than this fraction since the last fit (every proposal while the study
+            is small, every ~10 trials at 100); in between, the GP is conditioned on the new data with
+            the last fit's hyperparameters.
         shortlist: candidates re-scored for the 2nd … nth pick of a batch.
         threads: torch intra-op threads while proposing (restored after); None keeps torch's setting.
             The matrices are small, so extra threads mostly wait on each other: on a 2-core machine
             shared with a training job, 2 threads made one proposal ~7× slower than 1.
+        extra: an extra candidate source (`ExtraSource`), called once per model-based proposal. Its
+            recipes join the pool (and always pass the pre-screen) if `space.validate` accepts them and
+            the study has not run them; invalid ones are skipped with a warning, and so is a source
+            that raises. None: no extra candidates.
     """
 
     def __init__(self, space: RecipeSpace, seed: int = 0, objectives: list[Objective] | None = None,
-                 n_init: int | None = None, pool_size: int = 2000, mc_samples: int = 32,
-                 chunk: int = 500, fit_iters: int = 60, shortlist: int = 128,
-                 threads: int | None = 1) -> None:
+                 n_init: int | None = None, pool_size: int = 2000, screen: int = 256, mc_samples: int = 32,
+                 chunk: int = 256, fit_iters: int = 60, refit_growth: float = 0.1, shortlist: int = 64,
+                 threads: int | None = 1, extra: ExtraSource | None = None) -> None:
         for key, d in objectives or []:
             if d not in ("max", "min"):
                 raise ValueError(f"objective {key!r}: direction must be 'max' or 'min', got {d!r}")
@@ -89,13 +99,18 @@ class BoTorchProposer:
         self.objectives = list(objectives) if objectives is not None else None
         self.n_init = n_init
         self.pool_size = pool_size
+        self.screen = screen
+        self.extra = extra
         self.mc_samples = mc_samples
         self.chunk = chunk
         self.fit_iters = fit_iters
+        self.refit_growth = refit_growth
         self.shortlist = shortlist
         self.threads = threads
         self._warm: dict[str, Any] | None = None  # last fit's hyperparameters
+        self._n_start = 4  # trials of the space-filling start (set by `propose`)
         self.encoder = RecipeEncoder(space)
+        self._names = {p.name for p in space.params} | {m for s in space.simplexes for m in s.members}
 
     # --- the protocol -----------------------------------------------------------------------------
     def propose(self, history: Sequence[TrialRecord], n: int = 1) -> list[Recipe]:
@@ -105,18 +120,22 @@ class BoTorchProposer:
         objectives = self.objectives or self._default_objectives(history)
         done, Y = self._targets(history, objectives)
         n_init = self.n_init if self.n_init is not None else max(4, 2 * len(objectives))
+        self._n_start = max(n_init, 2)
         seen = {r.recipe.key for r in history}
         if len(done) < max(n_init, 2):
             return self._sobol(len(history), n, seen)
         with _torch_threads(self.threads):
             X = self.encoder.encode_many([r.recipe.values for r in done])  # (N, D)
-            pool = self._pool(X, Y, seen, len(history))
+            extra = self._extra(history, seen)
+            pool = extra + self._pool(X, Y, seen | {Recipe(v, dict(self.space.fixed)).key for v in extra},
+                                      len(history))
             if not pool:  # the space is exhausted near everything we know; fall back to fresh points
                 return self._sobol(len(history), n, seen)
             model = self._fit(X, Y)
             X_pool = self.encoder.encode_many(pool)  # (P, D), canonical encodings of decoded recipes
-            picks = self._select(model, X, Y, X_pool, min(n, len(pool)))
-        out = [Recipe(pool[i], dict(self.space.fixed)) for i in picks]
+            keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
+            picks = self._select(model, X, Y, X_pool[keep], min(n, len(keep)))
+        out = [Recipe(pool[int(keep[i])], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
             out += self._sobol(len(history), n - len(out), seen | {r.key for r in out})
         return out
@@ -151,22 +170,25 @@ class BoTorchProposer:
     def _fit(self, X: torch.Tensor, Y: torch.Tensor) -> SingleTaskGP:
         """A GP per objective (batched), fitted by marginal likelihood. X: (N, D), Y: (N, m).
 
-        L-BFGS is capped at `fit_iters` steps, and at half of that when the previous proposal's
-        hyperparameters are the starting point: one more trial moves the optimum little, and a full
-        cold fit of 100 points costs seconds on a loaded CPU.
+        L-BFGS is capped at `fit_iters` steps, and at a quarter of that when the previous fit's
+        hyperparameters are the starting point; while the data grew by at most `refit_growth` since
+        that fit, its hyperparameters are kept as they are: one more trial moves the optimum little,
+        and a fit of 100 points costs about a second on a loaded CPU.
         """
         model = SingleTaskGP(X, Y)  # default: Standardize(m) outcome transform, RBF + dim-scaled prior
         iters = self.fit_iters
         if self._warm is not None and self._warm["shape"] == (X.shape[1], Y.shape[1]):
             model.load_state_dict(self._warm["hypers"], strict=False)
-            iters = max(self.fit_iters // 2, 10)
+            if len(X) <= self._warm["n"] * (1 + self.refit_growth):
+                return model.eval()
+            iters = max(self.fit_iters // 4, 5)
         try:
             fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model),
                              optimizer_kwargs={"options": {"maxiter": iters}})
         except Exception as e:  # a failed fit keeps the prior hyperparameters; still a usable model
             warnings.warn(f"BoTorchProposer: GP fit failed ({e}); using prior hyperparameters", stacklevel=2)
         hypers = {k: v for k, v in model.state_dict().items() if "outcome_transform" not in k and "train" not in k}
-        self._warm = {"shape": (X.shape[1], Y.shape[1]), "hypers": hypers}
+        self._warm = {"shape": (X.shape[1], Y.shape[1]), "hypers": hypers, "n": len(X)}
         return model
 
     # --- 3) candidates ----------------------------------------------------------------------------
@@ -198,18 +220,80 @@ class BoTorchProposer:
                 out.append(values)
         return out
 
-    # --- 4) selection -----------------------------------------------------------------------------
+    def _extra(self, history: Sequence[TrialRecord], seen: set[str]) -> list[dict[str, Any]]:
+        """The valid, new, distinct recipes of the `extra` source, as values dicts."""
+        if self.extra is None:
+            return []
+        try:
+            proposed = list(self.extra(history))
+        except Exception as e:  # an unreachable endpoint or a bad answer must not stop the search
+            warnings.warn(f"BoTorchProposer: extra candidate source failed ({type(e).__name__}: {e}); "
+                          "continuing without its candidates", stacklevel=3)
+            return []
+        out, keys = [], set(seen)
+        for i, item in enumerate(proposed):
+            values = dict(item.values if isinstance(item, Recipe) else item)
+            try:
+                self.space.validate(values)
+                values = {k: v for k, v in values.items() if k in self._names}
+                self.encoder.encode(values)
+            except (SpaceError, TypeError, ValueError) as e:
+                warnings.warn(f"BoTorchProposer: extra candidate {i} skipped: {e}", stacklevel=3)
+                continue
+            key = Recipe(values, dict(self.space.fixed)).key
+            if key not in keys:
+                keys.add(key)
+                out.append(values)
+        return out
+
+    # --- 4) pre-screen ----------------------------------------------------------------------------
+    def _prescreen(self, model: SingleTaskGP, X_pool: torch.Tensor, keep_first: int = 0) -> torch.Tensor:
+        """Indices (S,) of the at most `screen` pool rows (P, D) worth scoring by the acquisition.
+
+        Each candidate's optimistic outcome is its posterior mean plus one posterior std per objective
+        (one batched, marginal posterior: no joint sampling). Candidates are ranked by how many others
+        dominate that optimistic vector (0 = optimistically non-dominated; the domination count of
+        SPEA2, Zitzler et al. 2001, a one-pass stand-in for non-dominated sorting), ties broken by the
+        standardized optimistic sum, and the best `screen` are kept: a candidate that many others beat
+        even optimistically can hardly add the most hypervolume. The first `keep_first` rows (extra
+        candidates) are always kept.
+        """
+        P = len(X_pool)
+        if P <= self.screen:
+            return torch.arange(P)
+        with torch.no_grad():
+            # in chunks: one posterior over all P points would build the (m, P, P) test covariance
+            posts = [model.posterior(X_pool[i : i + self.chunk]) for i in range(0, P, self.chunk)]
+            ucb = torch.cat([p.mean + p.variance.clamp_min(0).sqrt() for p in posts])  # (P, m)
+            count = torch.zeros(P)
+            for i in range(0, P, 256):  # (256, P, m) comparisons at a time
+                u = ucb[i : i + 256].unsqueeze(1)
+                dominated_by = ((ucb.unsqueeze(0) >= u).all(-1) & (ucb.unsqueeze(0) > u).any(-1))  # (c, P)
+                count[i : i + 256] = dominated_by.sum(-1).double().float()
+            z = ((ucb - ucb.mean(0)) / ucb.std(0).clamp_min(1e-9)).sum(-1)  # (P,)
+            rank = count - torch.sigmoid(z).float()  # count first; within a count, larger z first
+            rank[:keep_first] = -float("inf")
+        return rank.argsort()[: max(self.screen, keep_first)]
+
+    # --- 5) selection -----------------------------------------------------------------------------
     def _acquisition(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor,
-                     X_pending: torch.Tensor | None) -> torch.nn.Module:
-        """qLogNEHVI (m ≥ 2) or qLogNEI (m = 1) with baseline X (N, D) and observed Y (N, m)."""
-        sampler = SobolQMCNormalSampler(sample_shape=torch.Size([self.mc_samples]), seed=self.seed)
+                     X_pending: torch.Tensor | None, max_pending: int = 0) -> torch.nn.Module:
+        """qLogNEHVI (m ≥ 2) or qLogNEI (m = 1) with baseline X (N, D) and observed Y (N, m).
+
+        Up to `max_pending` pending points are appended to each scored candidate (joint posterior)
+        rather than merged into the baseline's per-sample box decompositions, which are then computed
+        once per proposal.
+        """
+        mc = self.mc_samples if Y.shape[1] <= 2 else max(8, self.mc_samples // 4)
+        sampler = SobolQMCNormalSampler(sample_shape=torch.Size([mc]), seed=self.seed)
         base = _baseline(model, X, Y, cap=32 if Y.shape[1] <= 2 else 16)  # box counts grow ~ cap^(m-1)
         if Y.shape[1] == 1:
             return qLogNoisyExpectedImprovement(model, X_baseline=base, sampler=sampler, X_pending=X_pending,
                                                 prune_baseline=False)
-        return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=reference_point(Y), X_baseline=base,
+        return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=acquisition_reference(Y, self._n_start),
+                                                       X_baseline=base,
                                                        sampler=sampler, X_pending=X_pending,
-                                                       prune_baseline=False)
+                                                       prune_baseline=False, max_iep=max_pending)
 
     def _select(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
                 n: int) -> list[int]:
@@ -219,12 +303,12 @@ class BoTorchProposer:
         the whole pool the later picks re-score only its `shortlist` best candidates.
         """
         with torch.no_grad():
-            acqf = self._acquisition(model, X, Y, None)
+            acqf = self._acquisition(model, X, Y, None, max_pending=n - 1)
             vals = self._score(acqf, X_pool)  # (P,)
             short = vals.argsort(descending=True)[: max(self.shortlist, 2 * n)]
             picks = [int(short[0])]
             for _ in range(n - 1):
-                if Y.shape[1] > 1:  # qLogNEHVI updates its box decomposition in place
+                if Y.shape[1] > 1:  # at most n − 1 pending: appended per candidate, no re-partitioning
                     acqf.set_X_pending(X_pool[picks])
                 else:
                     acqf = self._acquisition(model, X, Y, X_pool[picks])
@@ -237,6 +321,21 @@ class BoTorchProposer:
         """Acquisition value of each candidate alone (q = 1): (P, D) → (P,), in chunks."""
         return torch.cat([acqf(X_pool[i : i + self.chunk].unsqueeze(1))  # (chunk, 1, D) → (chunk,)
                           for i in range(0, len(X_pool), self.chunk)])
+
+
+def acquisition_reference(Y: torch.Tensor, n_start: int) -> torch.Tensor:
+    """The acquisition's reference point from observed Y (N, m) in trial order, maximization frame: per
+    objective, the tighter of (a) the nadir of the observed Pareto front less 10% of the front's range
+    (BoTorch's `infer_reference_point`; Ishibuchi et al. 2011) and (b) the median outcome of the first
+    `n_start` trials (the space-filling start: what a typical recipe of the space achieves).
+
+    The hypervolume only rewards trade-offs that beat the reference point on every objective. (a) alone
+    fails on degenerate fronts: a recipe that is perfect on one objective and useless on the others is
+    Pareto-optimal and drags the nadir down, and the search then keeps rewarding such extremes. (b)
+    asks a candidate to beat a typical recipe on every objective; it is taken from the start only, as
+    a median over the search's own picks would follow wherever the search went.
+    """
+    return torch.maximum(infer_reference_point(Y[is_non_dominated(Y)]), Y[:n_start].median(dim=0).values)
 
 
 @contextmanager

@@ -1,0 +1,102 @@
+"""Step confidence graded against the episode outcome (ALGORITHMS.md §5): AUROC (Mann–Whitney),
+expected calibration error (10 equal-width bins), Brier score — pooled over all steps, per step
+index and at the first step — and selective execution at a threshold τ.
+
+A record is (episode, step index, stated confidence c_t ∈ [0, 1], episode outcome y ∈ {0, 1}); the
+label is always the episode's outcome, never the step's own correctness.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import rankdata
+
+
+@dataclass(frozen=True)
+class ConfidenceRecord:
+    episode: int
+    step: int
+    confidence: float
+    success: bool
+
+
+def confidence_question(obs: str, action: str) -> str:
+    """The prompt after an action: the agent rates, 0-9, how likely the episode is to succeed."""
+    return f"{obs}\ndo: {action}\nsuccess 0-9?"
+
+
+def parse_confidence(text: str) -> float | None:
+    """A stated digit d ↦ (d + 0.5)/10, the centre of its calibration bin; None without a digit."""
+    m = re.search(r"\d", text)
+    return (int(m.group()) + 0.5) / 10 if m else None
+
+
+def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
+    """P(score of a random positive > score of a random negative), ties counting ½ (Mann–Whitney U
+    from average ranks). NaN when a class is absent."""
+    s = np.asarray(scores, dtype=float)
+    y = np.asarray(labels, dtype=bool)
+    n_pos, n_neg = int(y.sum()), int((~y).sum())
+    if n_pos == 0 or n_neg == 0:
+        return float("nan")
+    ranks = rankdata(s)  # average ranks handle ties
+    return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
+
+
+def ece(probs: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
+    """Σ_b (n_b/N)·|mean(y in b) − mean(c in b)| over equal-width bins of [0, 1] (1.0 in the last bin)."""
+    p = np.clip(np.asarray(probs, dtype=float), 0.0, 1.0)
+    y = np.asarray(labels, dtype=float)
+    if p.size == 0:
+        return float("nan")
+    idx = np.minimum((p * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        m = idx == b
+        if m.any():
+            total += m.sum() / p.size * abs(y[m].mean() - p[m].mean())
+    return float(total)
+
+
+def brier(probs: Sequence[float], labels: Sequence[bool]) -> float:
+    p = np.asarray(probs, dtype=float)
+    y = np.asarray(labels, dtype=float)
+    return float(((p - y) ** 2).mean()) if p.size else float("nan")
+
+
+def _block(recs: Sequence[ConfidenceRecord]) -> dict[str, float]:
+    c = [r.confidence for r in recs]
+    y = [r.success for r in recs]
+    return {"auroc": auroc(c, y), "ece": ece(c, y), "brier": brier(c, y), "n": float(len(recs))}
+
+
+def selective(records: Sequence[ConfidenceRecord], tau: float) -> dict[str, float]:
+    """Act only while c_t ≥ τ: an episode whose confidence ever drops below τ is handed off.
+
+    Returns coverage (share of episodes executed to the end), success among executed episodes and
+    the overall success rate beside it.
+    """
+    eps: dict[int, list[ConfidenceRecord]] = {}
+    for r in records:
+        eps.setdefault(r.episode, []).append(r)
+    executed = [rs for rs in eps.values() if all(r.confidence >= tau for r in rs)]
+    n = max(1, len(eps))
+    succ_exec = sum(rs[0].success for rs in executed) / len(executed) if executed else float("nan")
+    return {"tau": tau, "coverage": len(executed) / n, "success_executed": succ_exec,
+            "success_all": sum(rs[0].success for rs in eps.values()) / n}
+
+
+def calibration_report(records: Sequence[ConfidenceRecord], tau: float = 0.5,
+                       max_step_index: int = 8) -> dict[str, object]:
+    """Pooled, first-step and per-step AUROC/ECE/Brier, and selective execution at τ."""
+    per_step = {}
+    for t in range(max_step_index):
+        recs = [r for r in records if r.step == t]
+        if recs:
+            per_step[t] = _block(recs)
+    return {"pooled": _block(records), "first_step": _block([r for r in records if r.step == 0]),
+            "per_step": per_step, "selective": selective(records, tau)}

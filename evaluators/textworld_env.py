@@ -1,0 +1,389 @@
+"""TextWorld as a domain: games generated offline with textworld's own generators (coin collector,
+treasure hunter, cooking; by level and seed), cached under `runs/.cache/textworld`, played through
+the gymnasium-style `TextEnv` of `evaluators.envs`.
+
+A `TextWorldTask` is a source like any other: training games come from training seeds and held-out
+games from held-out seeds (`derive_seed`), so a benchmark game is never a training game. Its `item`s
+are single steps — (compact observation, the walkthrough's next command, or a random admissible one)
+— which is what the embedded model pre-trains on; the multi-turn trainer plays whole episodes
+(`TextWorldTask.make_env`). Metrics: success, score, steps, invalid-action rate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evaluators.calibration import confidence_question, parse_confidence
+from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, normalize_command
+from evaluators.registry import Registry
+from evaluators.sources import Item, SourceSpec, SourceSpecError, Task, extract_answer
+
+GAME_VERSION = 1  # bump when generation or the item pool changes, so caches rebuild
+ITEMS_PER_GAME = 48
+"""Single-step items drawn per game for pre-training (random walks along and off the walkthrough)."""
+_REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
+
+
+def cache_root() -> Path:
+    """Where generated games live: `$SRO_CACHE_DIR/textworld`, by default `runs/.cache/textworld`."""
+    return Path(os.environ.get("SRO_CACHE_DIR", "runs/.cache")) / "textworld"
+
+
+@dataclass(frozen=True)
+class Family:
+    """A game family: its textworld challenge name, default settings and the settings it accepts."""
+
+    challenge: str
+    defaults: dict[str, Any]
+    summary: str
+
+
+FAMILIES: Registry = Registry("textworld game family")
+FAMILIES.add("coin_collector", Family("tw-coin_collector", {"level": 3},
+                                      "a chain of rooms; take the coin at its far end (level = chain length)"))
+FAMILIES.add("treasure_hunter", Family("tw-treasure_hunter", {"level": 1},
+                                       "find the named object in a maze (levels 1-30)"))
+FAMILIES.add("cooking", Family("tw-cooking", {"recipe": 1, "take": 1, "go": 1, "open": False, "cook": False,
+                                              "cut": False, "drop": False, "recipe_seed": 0, "split": "train"},
+                               "gather and prepare a recipe's ingredients (First TextWorld Problems)"))
+
+# keys of a source's `config` that are SRO's, not the generator's
+PLAY_KEYS = {"games": 8, "max_steps": 12, "obs_mode": "compact", "teacher_noise": 0.3, "confidence": False}
+CONFIDENCE_EVERY = 4
+"""With `confidence: true`, every 4th item asks for the stated chance of success (a random digit: the
+base model learns the format, not the calibration)."""
+
+
+class GameGenerationError(RuntimeError):
+    """textworld could not build a game for these settings."""
+
+
+def game_settings(family: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The generator settings of a source config (its non-SRO keys over the family's defaults)."""
+    fam: Family = FAMILIES.get(family)
+    out = dict(fam.defaults)
+    for k, v in config.items():
+        if k in PLAY_KEYS:
+            continue
+        if k not in fam.defaults:
+            raise SourceSpecError(f"textworld {family} has no setting {k!r}; its settings: "
+                                  f"{', '.join([*fam.defaults, *PLAY_KEYS])}", f"config.{k}")
+        out[k] = v
+    return out
+
+
+def ensure_game(family: str, settings: dict[str, Any], seed: int, cache_dir: Path | None = None) -> Path:
+    """Generate (once) and cache the game for these settings and seed; return its `.z8` path."""
+    fam: Family = FAMILIES.get(family)
+    key = hashlib.sha256(json.dumps([GAME_VERSION, family, settings, seed], sort_keys=True).encode()).hexdigest()[:12]
+    folder = (cache_dir or cache_root()) / family
+    path = folder / f"{key}.z8"
+    if path.is_file() and path.with_suffix(".json").is_file():
+        return path
+    import textworld
+    from textworld.challenges import CHALLENGES
+    from textworld.generator.game import GameOptions
+
+    folder.mkdir(parents=True, exist_ok=True)
+    last: Exception | None = None
+    for attempt in range(5):  # some seeds admit no quest of the asked length; the next seed usually does
+        opts = GameOptions()
+        opts.seeds = seed + 7919 * attempt
+        tmp = folder / f"{key}.tmp{os.getpid()}.z8"
+        opts.path = str(tmp)
+        opts.force_recompile = True
+        try:
+            game = CHALLENGES[fam.challenge][1](dict(settings), opts)
+            textworld.generator.compile_game(game, opts)
+        except Exception as e:  # textworld raises several kinds (QuestGenerationError, assertion, ...)
+            last = e
+            continue
+        os.replace(tmp.with_suffix(".json"), path.with_suffix(".json"))
+        os.replace(tmp, path)
+        return path
+    raise GameGenerationError(f"textworld {family} {settings} seed {seed}: {last}")
+
+
+def _request_infos(full_text: bool):
+    import textworld
+
+    return textworld.EnvInfos(admissible_commands=True, policy_commands=True, won=True, lost=True, score=True,
+                              max_score=True, facts=True, description=full_text, inventory=full_text,
+                              feedback=full_text, objective=full_text)
+
+
+def _from_facts(facts) -> tuple[str, list[str], str]:
+    """(room, visible objects, carried objects) from the game state's logical facts."""
+    at: dict[str, str] = {}
+    held, placed = [], []
+    for p in facts or []:
+        args = [a.name for a in p.arguments]
+        types = [a.type for a in p.arguments]
+        if p.name == "at" and len(args) == 2:
+            at[args[0]] = args[1]
+            if types[0] not in ("P", "r", "d"):
+                placed.append((args[0], args[1]))
+        elif p.name in ("in", "on") and len(args) == 2:
+            if types[1] == "I":
+                held.append(args[0])
+            else:
+                placed.append((args[0], args[1]))
+    room = at.get("P", "?")
+    here = {room}
+    for _ in range(3):  # objects on/in things that are here are visible too
+        here |= {o for o, where in placed if where in here}
+    seen = sorted(o for o, where in placed if where in here and o not in held)
+    return room.lower(), seen, ", ".join(sorted(held)) or "nothing"
+
+
+def _room(description: str) -> str:
+    m = re.search(r"-=\s*(.+?)\s*=-", description or "")
+    return m.group(1).strip().lower() if m else "?"
+
+
+def _carrying(inventory: str) -> str:
+    text = " ".join((inventory or "").split()).lower()
+    text = re.sub(r"^you are carrying:?\s*", "", text).rstrip(".")
+    return text or "nothing"
+
+
+def compact_observation(room: str, back: str | None, seen: list[str], hold: str, choices: list[str]) -> str:
+    """The short rendering a small model reads: room, way back, objects, inventory, numbered choices."""
+    choice_list = " ".join(f"{i}) {c}" for i, c in enumerate(choices, 1))
+    return (f"room: {room} | back: {back or '-'} | see: {', '.join(seen) or '-'} | hold: {hold}\n"
+            f"choose: {choice_list}")
+
+
+class TextWorldEnv(TextEnv):
+    """One compiled TextWorld game behind the `TextEnv` interface.
+
+    The observation is the compact rendering (`obs_mode: compact`, read from the game state's facts
+    by textworld's Python logic engine) or the game's own text (`full`, from the compiled game).
+    An inadmissible command is passed to the game (which answers, e.g., "That's not a verb I
+    recognise") and costs a step; `StepInfo.valid` is False for it.
+    """
+
+    def __init__(self, path: str | Path, settings: EnvSettings | None = None, game_id: str | None = None) -> None:
+        super().__init__(settings)
+        self.path = str(path)
+        self.game_id = game_id or Path(path).stem
+        self._env = None
+        self._back: str | None = None
+        self._last: StepInfo | None = None
+
+    def _render(self, gs, valid: bool) -> tuple[str, StepInfo]:
+        choices = sorted(gs.admissible_commands or [])
+        if self.settings.obs_mode == "compact":
+            room, seen, hold = _from_facts(gs.facts)
+        else:
+            room = _room(gs.description)
+            hold = _carrying(gs.inventory)
+            seen = sorted({c.split(" ", 1)[1] for c in choices if c.startswith(("take ", "examine "))
+                           and c.split(" ", 1)[1] not in hold})
+        compact = compact_observation(room, self._back, seen, hold, choices)
+        full = (gs.feedback or "").strip() if self.settings.obs_mode == "full" else ""
+        key = f"{self.game_id}:{room}|see:{','.join(seen)}|hold:{hold}"
+        info = StepInfo(admissible=choices, state_key=key, valid=valid, won=bool(gs.won), lost=bool(gs.lost),
+                        score=float(gs.score or 0), max_score=float(gs.max_score or 1),
+                        walkthrough=list(gs.policy_commands or []), full_text=full)
+        obs = compact if self.settings.obs_mode == "compact" else (
+            full + "\n\nAdmissible commands: " + ", ".join(choices))
+        return obs, info
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict[str, Any]]:
+        import textworld
+
+        super().reset(seed=seed)
+        if self._env is None:  # compact: textworld's pure-Python logic engine on the game's .json (fast, no
+            # z-machine); full: the compiled .z8 through jericho, for the game's own text
+            full = self.settings.obs_mode == "full"
+            path = self.path if full else str(Path(self.path).with_suffix(".json"))
+            self._env = textworld.start(path, _request_infos(full))
+        gs = self._env.reset()
+        self.steps = 0
+        self._back = None
+        obs, self._last = self._render(gs, True)
+        return obs, {"step": self._last}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._env is None or self._last is None:
+            raise RuntimeError("call reset() before step()")
+        cmd = resolve_action(action, self._last.admissible)
+        valid = cmd in self._last.admissible
+        before = self._last.score
+        gs, _, done = self._env.step(cmd if cmd else "wait")
+        self.steps += 1
+        if valid and cmd.startswith("go "):
+            self._back = _REVERSE.get(cmd[3:].strip())
+        obs, self._last = self._render(gs, valid)
+        terminated = bool(done or self._last.won or self._last.lost)
+        truncated = not terminated and self.steps >= self.settings.max_steps
+        return obs, self._last.score - before, terminated, truncated, {"step": self._last, "command": cmd}
+
+    def close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+
+ENVIRONMENTS.add("textworld", TextWorldEnv)
+
+
+def resolve_action(text: str, admissible: list[str]) -> str:
+    """The command a completion names: its first line, or the k-th choice when it is a number k."""
+    cmd = normalize_command(extract_answer(text))
+    if cmd.isdigit() and 1 <= int(cmd) <= len(admissible):
+        return admissible[int(cmd) - 1]
+    return cmd
+
+
+class TextWorldTask(Task):
+    """A set of TextWorld games from one family, level and seed range.
+
+    Source config: the family's generator settings (`level`, ...) plus `games` (how many distinct
+    games; default 8), `max_steps` (the episode step limit), `obs_mode` (compact | full) and
+    `teacher_noise` (share of pre-training items whose answer is a random admissible command
+    instead of the walkthrough's).
+    """
+
+    multi_turn = True
+
+    def __init__(self, spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> None:
+        self.spec = spec
+        self.seed = seed
+        self.settings = game_settings(spec.target, spec.config)
+        play = {**PLAY_KEYS, **{k: v for k, v in spec.config.items() if k in PLAY_KEYS}}
+        self.n_games = int(play["games"])
+        if self.n_games < 1:
+            raise SourceSpecError(f"games must be >= 1 (got {self.n_games})", "config.games")
+        try:
+            self.env_settings = EnvSettings(int(play["max_steps"]), str(play["obs_mode"]))
+        except ValueError as e:
+            raise SourceSpecError(str(e), "config") from None
+        self.teacher_noise = float(play["teacher_noise"])
+        self.confidence = bool(play["confidence"])
+        self.cache_dir = cache_dir
+        self._paths: dict[int, Path] = {}
+        self._pools: dict[int, list[dict[str, Any]]] = {}
+
+    def game_path(self, g: int) -> Path:
+        """The g-th game of this source (generated on first use, then cached)."""
+        g %= self.n_games
+        if g not in self._paths:
+            self._paths[g] = ensure_game(self.spec.target, self.settings, self.seed + g, self.cache_dir)
+        return self._paths[g]
+
+    def make_env(self, g: int) -> TextWorldEnv:
+        return TextWorldEnv(self.game_path(g), self.env_settings, game_id=f"{self.spec.target}-{self.seed + g % self.n_games}")
+
+    def _pool(self, g: int) -> list[dict[str, Any]]:
+        """Single-step items of game g from random walks (cached beside the game)."""
+        if g in self._pools:
+            return self._pools[g]
+        path = self.game_path(g).with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}.json")
+        if path.is_file():
+            self._pools[g] = json.loads(path.read_text())
+            return self._pools[g]
+        rng = random.Random(f"items-{self.seed + g}")
+        env = self.make_env(g)
+        pool = []
+        try:
+            for _ in range(ITEMS_PER_GAME):
+                obs, info = env.reset()
+                st: StepInfo = info["step"]
+                for _ in range(rng.randint(0, max(0, len(st.walkthrough) - 1))):
+                    cmd = st.walkthrough[0] if rng.random() < 0.7 or not st.admissible else rng.choice(st.admissible)
+                    obs, _, term, trunc, info = env.step(cmd)
+                    st = info["step"]
+                    if term or trunc:
+                        obs, info = env.reset()
+                        st = info["step"]
+                if st.walkthrough:
+                    pool.append({"obs": obs, "best": st.walkthrough[0], "admissible": st.admissible})
+        finally:
+            env.close()
+        path.write_text(json.dumps(pool))
+        self._pools[g] = pool
+        return pool
+
+    def item(self, idx: int) -> Item:
+        g = idx % self.n_games
+        pool = self._pool(g)
+        row = pool[(idx // self.n_games) % len(pool)]
+        rng = random.Random(f"noise-{self.seed}-{idx}")
+        answer = rng.choice(row["admissible"]) if rng.random() < self.teacher_noise else row["best"]
+        if self.confidence and idx % CONFIDENCE_EVERY == CONFIDENCE_EVERY - 1:
+            return Item(confidence_question(row["obs"], answer), str(rng.randrange(10)), self.spec.key,
+                        {"game": g, "best": None, "admissible": row["admissible"]})
+        return Item(row["obs"], answer, self.spec.key, {"game": g, "best": row["best"], "admissible": row["admissible"]})
+
+    def score(self, item: Item, completion: str) -> float:
+        """Single-step verifier: 1.0 when the completion names the walkthrough's next command (for a
+        confidence item: when it states a digit — its calibration is graded only against episodes)."""
+        if item.entry["best"] is None:
+            return float(parse_confidence(completion) is not None)
+        return float(resolve_action(completion, item.entry["admissible"]) == item.entry["best"])
+
+
+def check_textworld(spec: SourceSpec) -> None:
+    """Raise `SourceSpecError` for an unknown family or setting, without generating a game."""
+    if spec.target not in FAMILIES:
+        import difflib
+
+        hint = difflib.get_close_matches(spec.target, FAMILIES.names(), n=1)
+        fix = f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(FAMILIES.names())}"
+        raise SourceSpecError(f"unknown textworld game family {spec.target!r}; {fix}", "textworld")
+    game_settings(spec.target, spec.config)
+    TextWorldTask(spec, seed=0)
+
+
+@dataclass
+class EpisodeResult:
+    """What one played episode measured."""
+
+    success: bool
+    score: float
+    """Final score / max score."""
+    steps: int
+    invalid: int
+    """Steps whose command was not admissible."""
+    reason: str
+    """won | lost | step limit | env error: ..."""
+
+
+def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
+    """success, score, steps and invalid-action rate over episodes."""
+    n = max(1, len(results))
+    steps = sum(r.steps for r in results)
+    return {"success": sum(r.success for r in results) / n, "score": sum(r.score for r in results) / n,
+            "steps": steps / n, "invalid_rate": sum(r.invalid for r in results) / max(1, steps)}
+
+
+def play(env: TextEnv, act: Callable[[str, StepInfo], str]) -> EpisodeResult:
+    """Play one episode with `act(obs, info) -> command`; an env crash ends it as a logged failure."""
+    invalid = steps = 0
+    st: StepInfo | None = None
+    try:
+        obs, info = env.reset()
+        st = info["step"]
+        while True:
+            obs, _, term, trunc, info = env.step(act(obs, st))
+            steps += 1
+            st = info["step"]
+            invalid += not st.valid
+            if term or trunc:
+                reason = "won" if st.won else "lost" if st.lost else "step limit"
+                return EpisodeResult(st.won, st.score / max(st.max_score, 1e-9), steps, invalid, reason)
+    except Exception as e:  # any crash of the game engine: a failed episode, never a failed trial
+        score = st.score / max(st.max_score, 1e-9) if st else 0.0
+        return EpisodeResult(False, score, steps, invalid, f"env error: {type(e).__name__}: {e}")
+    finally:
+        env.close()

@@ -1,0 +1,271 @@
+"""The LLM designer: any OpenAI-compatible endpoint through the `openai` client.
+
+1) The catalog and the project go to the model with the answer's JSON schema (`SpaceAnswer`);
+2) the answer is parsed and validated (pydantic), then checked against the catalog (`review`): an
+   unknown algorithm or source is rejected, an unknown parameter dropped, a range outside the declared
+   bounds clamped — each with a reason;
+3) a rejected answer gets one repair round that sends the error back;
+4) anything else (no key, timeout, unreachable endpoint, a second bad answer) raises `DesignerFailed`,
+   and the caller falls back to the rule-based designer with a visible warning.
+
+The prompt, the answers and the review are saved under `runs/<name>/designer/`. The API key is read
+from the environment variable the project names and is never written anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sro.config import ProjectConfig
+from sro.designer.catalog import Catalog
+from sro.designer.rules import trainer_keys
+from sro.executor import SOURCE_PREFIX
+from sro.recipe import MIX_PREFIX, Recipe
+from sro.space import Param, RecipeSpace, Simplex, SpaceError
+
+FIXED_OK = {"algorithm", "max_new_tokens"}
+
+
+class DesignerFailed(RuntimeError):
+    """The LLM designer gave no usable space (the message says why)."""
+
+
+class ParamAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    kind: Literal["float", "int", "categorical", "bool"]
+    low: float | None = None
+    high: float | None = None
+    log: bool = False
+    choices: list[Any] | None = None
+    when: dict[str, list[Any]] | None = Field(None, description="exists only when each parent has a listed value")
+    why: str = Field(min_length=1, description="one-line rationale")
+
+
+class SimplexAnswer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    members: list[str] = Field(min_length=2)
+    why: str = Field(min_length=1)
+
+
+class SpaceAnswer(BaseModel):
+    """What the model must answer: the searched parameters, the simplexes and the fixed settings."""
+
+    model_config = ConfigDict(extra="forbid")
+    params: list[ParamAnswer] = Field(min_length=1)
+    simplexes: list[SimplexAnswer] = Field(default_factory=list)
+    fixed: dict[str, Any] = Field(default_factory=dict)
+
+
+SYSTEM = """You design the search space of a post-training recipe search (SRO). You get a catalog: the \
+project's data sources (with the base model's pass rates), processing operators, trainer algorithms \
+with the parameters they declare (name, kind, range, when they apply), the base model, the hardware \
+and the budget. Answer with ONE JSON object and nothing else, matching this JSON schema:
+{schema}
+Rules: use only parameter names the catalog declares (algorithm knobs, operator knobs `proc.*`, \
+`algorithm` as a categorical over catalog algorithms), mixture members `mix.<domain>` and \
+`src.<domain>.<index>`; keep every range inside the declared one; give every parameter a one-line `why`. \
+Keep the space small: only the dimensions that matter for these domains and this budget."""
+
+
+def _known(catalog: Catalog) -> dict[str, dict[str, Any]]:
+    """Every declarable parameter → its declared knob (the first algorithm or operator declaring it)."""
+    out: dict[str, dict[str, Any]] = {}
+    fields = trainer_keys()
+    for a in catalog.algorithms:
+        for k in a["knobs"]:
+            if k["name"] in fields:
+                out.setdefault(k["name"], k)
+    for op in catalog.operators:
+        for k in op["knobs"]:
+            out.setdefault(k["name"], k)
+    return out
+
+
+def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tuple[RecipeSpace, list[str]]:
+    """The answer as a space, checked against the catalog. Raises `ValueError` (sent back in the repair
+    round) for an unknown algorithm or source; returns the notes on what was dropped or clamped."""
+    algos = {a["name"] for a in catalog.algorithms}
+    known = _known(catalog)
+    notes: list[str] = []
+    params: list[Param] = []
+    for pa in answer.params:
+        if pa.name == "algorithm":
+            bad = [c for c in (pa.choices or []) if c not in algos]
+            if bad or pa.kind != "categorical":
+                raise ValueError(f"parameter 'algorithm' names unknown algorithm(s) {bad}; known: {sorted(algos)}")
+            params.append(Param("algorithm", "categorical", choices=list(pa.choices or []), rationale=pa.why))
+            continue
+        k = known.get(pa.name)
+        if k is None:
+            notes.append(f"dropped {pa.name!r}: no algorithm or operator of the catalog declares it")
+            continue
+        low, high = pa.low, pa.high
+        if pa.kind in ("float", "int") and k.get("low") is not None and k.get("high") is not None:
+            lo_c, hi_c = float(k["low"]), float(k["high"])
+            if low is None or high is None:
+                low, high = lo_c, hi_c
+            if low < lo_c or high > hi_c:
+                notes.append(f"clamped {pa.name} [{low}, {high}] to the declared [{lo_c}, {hi_c}]")
+                low, high = max(low, lo_c), min(high, hi_c)
+                if low > high:
+                    low, high = lo_c, hi_c
+        choices = pa.choices
+        if pa.kind == "categorical" and k.get("choices") is not None:
+            allowed = list(k["choices"])
+            kept = [c for c in (choices or []) if c in allowed]
+            if kept != list(choices or []):
+                notes.append(f"{pa.name}: dropped choices outside {allowed}")
+            choices = kept or allowed
+        try:
+            params.append(Param(pa.name, pa.kind, low, high, pa.log and (low or 0) > 0, choices, pa.when, pa.why))
+        except SpaceError as e:
+            raise ValueError(str(e)) from None
+    names = {p.name for p in params}
+    for p in params:  # a condition on a dropped parent would never hold
+        if p.condition and not set(p.condition) <= names:
+            notes.append(f"{p.name}: dropped its condition on unknown parent(s) {sorted(set(p.condition) - names)}")
+            p.condition = None
+    members_ok = {MIX_PREFIX + d for d in project.domains} | {
+        f"{SOURCE_PREFIX}{d}.{i}" for d, dom in project.domains.items() for i in range(len(dom.sources))}
+    simplexes = []
+    for sa in answer.simplexes:
+        bad = [m for m in sa.members if m not in members_ok]
+        if bad:
+            raise ValueError(f"simplex {sa.name!r} names unknown source(s) or domain(s) {bad}; "
+                             f"known members: {sorted(members_ok)}")
+        simplexes.append(Simplex(sa.name, list(sa.members), sa.why))
+    fixed = {}
+    for key, v in answer.fixed.items():
+        if key == "algorithm" and v not in algos:
+            raise ValueError(f"fixed algorithm {v!r} is unknown; known: {sorted(algos)}")
+        if key in FIXED_OK or key in known:
+            fixed[key] = v
+        else:
+            notes.append(f"dropped fixed {key!r}: not a catalog parameter")
+    fixed["max_new_tokens"] = project.runtime.max_new_tokens
+    if "algorithm" not in names:
+        fixed.setdefault("algorithm", "grpo")
+    try:
+        space = RecipeSpace(params, simplexes, fixed, version=1, designer="llm")
+    except SpaceError as e:
+        raise ValueError(str(e)) from None
+    _check_trainable(space)
+    return space, notes
+
+
+def _check_trainable(space: RecipeSpace) -> None:
+    """Every recipe of the space must be a valid trainer config (checked on Sobol points)."""
+    from trainers.algorithms import config_for
+
+    for values in space.sobol(16, seed=0):
+        r = Recipe(values, dict(space.fixed))
+        try:
+            config_for(str(r.get("algorithm", "grpo")), {**r.fixed, **r.values})
+        except (KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"the space yields recipes the trainer rejects: {e}") from None
+
+
+def _client(project: ProjectConfig):
+    import openai
+
+    d = project.designer
+    key = os.environ.get(d.api_key_env)
+    if not key:
+        raise DesignerFailed(f"environment variable {d.api_key_env} (designer.api_key_env) is not set; "
+                             "export the endpoint's API key there")
+    return openai.OpenAI(base_url=d.base_url, api_key=key, timeout=d.timeout_s, max_retries=0)
+
+
+def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
+    import openai
+
+    d = project.designer
+    try:
+        resp = client.chat.completions.create(model=d.model or "default", messages=messages,
+                                              response_format={"type": "json_object"}, temperature=0.2)
+    except openai.APITimeoutError:
+        raise DesignerFailed(f"the endpoint {d.base_url} did not answer within {d.timeout_s:g}s "
+                             "(raise designer.timeout_s or check the server)") from None
+    except openai.APIConnectionError as e:
+        raise DesignerFailed(f"cannot reach the endpoint {d.base_url}: {e}") from None
+    except openai.APIStatusError as e:
+        raise DesignerFailed(f"the endpoint {d.base_url} answered HTTP {e.status_code}: "
+                             f"{str(e.message)[:200]}") from None
+    content = resp.choices[0].message.content if resp.choices else None
+    if not content:
+        raise DesignerFailed(f"the endpoint {d.base_url} answered with no content")
+    return content
+
+
+def _parse(content: str, catalog: Catalog, project: ProjectConfig) -> tuple[RecipeSpace, list[str]]:
+    """ValueError (with what to fix) for malformed JSON, a schema violation or a catalog violation."""
+    text = content.strip()
+    if text.startswith("```"):  # a fenced block: take what is inside
+        text = text.strip("`").split("\n", 1)[-1].rsplit("```", 1)[0]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"the answer is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    try:
+        answer = SpaceAnswer.model_validate(data)
+    except ValidationError as e:
+        errs = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()[:5])
+        raise ValueError(f"the answer does not match the schema: {errs}") from None
+    return review(answer, catalog, project)
+
+
+def design_llm(catalog: Catalog, project: ProjectConfig, audit_dir: Path, space: RecipeSpace | None = None,
+               evidence: dict[str, Any] | None = None) -> RecipeSpace:
+    """A space from the project's LLM endpoint (one repair round); `DesignerFailed` otherwise. With
+    `space` and `evidence` it is a redesign: the model sees the current space and the trials' evidence."""
+    audit_dir.mkdir(parents=True, exist_ok=True)
+    d = project.designer
+    if not d.base_url:
+        raise DesignerFailed("designer.base_url is not set; add the endpoint's URL to the project YAML")
+    client = _client(project)
+    schema = json.dumps(SpaceAnswer.model_json_schema())
+    ask = "Domains' descriptions are in the catalog. Design the space."
+    if space is not None:
+        ask = ("Current space (version {v}):\n{y}\nEvidence from the trials so far (Pareto recipes, parameter "
+               "importances, failures):\n{e}\nRedesign the space: narrow or widen ranges, drop dimensions that do "
+               "not matter, add ones that may.").format(v=space.version, y=space.to_yaml(),
+                                                         e=json.dumps(evidence, default=str))
+    messages = [{"role": "system", "content": SYSTEM.format(schema=schema)},
+                {"role": "user", "content": "Catalog:\n" + json.dumps(catalog.to_dict(), default=str) + "\n" + ask}]
+    tag = f"v{space.version + 1}-" if space is not None else ""
+    log: dict[str, Any] = {"endpoint": d.base_url, "model": d.model, "rounds": []}
+
+    def save() -> None:
+        (audit_dir / f"{tag}prompt.json").write_text(json.dumps(messages, indent=1))
+        (audit_dir / f"{tag}answer.json").write_text(json.dumps(log, indent=1))
+
+    try:
+        for round_ in range(2):
+            content = _ask(client, project, messages)
+            log["rounds"].append({"answer": content})
+            try:
+                designed, notes = _parse(content, catalog, project)
+            except ValueError as e:
+                log["rounds"][-1]["error"] = str(e)
+                if round_ == 1:
+                    raise DesignerFailed(f"the answer was still invalid after one repair round: {e}") from None
+                messages += [{"role": "assistant", "content": content},
+                             {"role": "user", "content": f"Your answer was rejected: {e}. Answer again with "
+                              "one corrected JSON object only."}]
+                continue
+            log["rounds"][-1]["notes"] = notes
+            (audit_dir / f"{tag}space.yaml").write_text(designed.to_yaml())
+            return designed
+        raise DesignerFailed("no answer")  # pragma: no cover  (the loop returns or raises)
+    except DesignerFailed as e:
+        log["failed"] = str(e)
+        raise
+    finally:
+        save()

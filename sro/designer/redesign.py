@@ -1,0 +1,218 @@
+"""Redesign from evidence: after `designer.redesign_every` finished trials, or when the hypervolume has
+not grown for `designer.redesign_on_stall` of them, the space is designed again from what the trials
+showed — the Pareto recipes, parameter importances (optuna's importance evaluators, PED-ANOVA by
+default), collapses and failures — and saved as the next version (`space.v2.yaml`, ...).
+
+The offline redesign (`redesign_rules`):
+1) a numeric or categorical dimension with importance below DROP_BELOW is dropped: fixed at the value
+   of the best Pareto recipe;
+2) an important numeric dimension is narrowed around the Pareto recipes (a margin of MARGIN of the
+   old range, in log space for log parameters) and widened by WIDEN of the range on a side where a
+   Pareto recipe sits at the edge, never past the bound the trainer layer declares;
+3) when failed or collapsed trials sit above every Pareto recipe in learning rate, the lr ceiling is
+   lowered to the largest lr of a Pareto recipe.
+With an LLM designer, the evidence goes to the model with the current space (`llm.design_llm`), and the
+rules are the fallback. Trials of earlier versions that fit the new space (`fits`) stay in the
+optimizer's evidence.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass, field
+from typing import Any
+
+from sro.config import ProjectConfig
+from sro.designer.catalog import Catalog
+from sro.ledger import TrialRecord
+from sro.recipe import Recipe
+from sro.space import Param, RecipeSpace, SpaceError
+
+DROP_BELOW = 0.05
+MARGIN = 0.25
+WIDEN = 0.5
+EDGE = 0.05
+
+
+@dataclass
+class Evidence:
+    n_finished: int
+    pareto: list[dict[str, Any]]
+    """Values and scores of the non-dominated complete trials."""
+    importances: dict[str, float]
+    """Parameter → importance averaged over the objectives (sums to ~1; empty when too few trials)."""
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    """Values and the message of failed or collapsed trials."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"n_finished": self.n_finished, "pareto": self.pareto, "importances": self.importances,
+                "failures": self.failures}
+
+
+def fits(space: RecipeSpace, recipe: Recipe) -> bool:
+    """True when the recipe is a point of `space`: every searched value inside its range, and no fixed
+    setting it ran with that the space fixes otherwise (values of dropped dimensions are ignored)."""
+    try:
+        space.validate(recipe.values)
+    except SpaceError:
+        return False
+    return all(recipe.fixed.get(k, v) == v for k, v in space.fixed.items())
+
+
+def _importances(ledger, objectives: list[tuple[str, str]]) -> dict[str, float]:
+    import optuna
+
+    total: dict[str, float] = {}
+    for i, (_, direction) in enumerate(objectives):
+        sign = -1.0 if direction == "max" else 1.0  # PED-ANOVA scores what reaches *low* target values
+        try:
+            with warnings.catch_warnings():  # its reminder about low target values: handled by `sign`
+                warnings.simplefilter("ignore", UserWarning)
+                imp = optuna.importance.get_param_importances(ledger.study,
+                                                              target=lambda t, i=i, s=sign: s * t.values[i])
+        except (RuntimeError, ValueError, ZeroDivisionError):  # too few or too uniform trials
+            return {}
+        for k, v in imp.items():
+            total[k] = total.get(k, 0.0) + v / len(objectives)
+    return {k: round(v, 4) for k, v in sorted(total.items(), key=lambda kv: -kv[1])}
+
+
+def gather_evidence(ledger, records: list[TrialRecord], objectives: list[tuple[str, str]]) -> Evidence:
+    from sro.optimizer.hypervolume import outcomes
+    from botorch.utils.multi_objective.pareto import is_non_dominated
+
+    nums, Y = outcomes(records, objectives)
+    by_num = {r.number: r for r in records}
+    front = [by_num[n] for n, keep in zip(nums, is_non_dominated(Y).tolist() if len(nums) else []) if keep]
+    pareto = [{"trial": r.number, "values": dict(r.recipe.values), "scores": r.scores,
+               "cost_s": r.cost.get("wall_s")} for r in front]
+    failures = [{"trial": r.number, "values": dict(r.recipe.values), "message": r.message.splitlines()[0][:200]
+                 if r.message else ""} for r in records if r.state == "failed"]
+    return Evidence(sum(r.finished for r in records), pareto, _importances(ledger, objectives), failures)
+
+
+def hypervolume_stalled(records: list[TrialRecord], objectives: list[tuple[str, str]], window: int) -> bool:
+    """True when the last `window` complete trials added no hypervolume."""
+    from sro.optimizer.hypervolume import hypervolume_history
+
+    hv = hypervolume_history(records, objectives)["hypervolume"]
+    return window > 0 and len(hv) > window and hv[-1] <= hv[-1 - window] + 1e-12
+
+
+def due(project: ProjectConfig, records: list[TrialRecord], last_at: int) -> str | None:
+    """Why a redesign is due now (None: not due). `last_at`: finished trials at the last (re)design."""
+    d = project.designer
+    n = sum(r.finished for r in records)
+    if d.redesign_every and n - last_at >= d.redesign_every:
+        return f"{n - last_at} trials since the last design"
+    if d.redesign_on_stall and n - last_at >= d.redesign_on_stall and hypervolume_stalled(
+            records, project.objective_directions(), d.redesign_on_stall):
+        return f"the hypervolume has not grown for {d.redesign_on_stall} trials"
+    return None
+
+
+def _to_u(p: Param, v: float) -> float:
+    return math.log(v) if p.log else float(v)
+
+
+def _from_u(p: Param, u: float) -> float:
+    return math.exp(u) if p.log else u
+
+
+def _declared(catalog: Catalog | None, name: str) -> tuple[float, float] | None:
+    if catalog is None:
+        return None
+    for group in (catalog.algorithms, catalog.operators):
+        for a in group:
+            for k in a["knobs"]:
+                if k["name"] == name and k.get("low") is not None and k.get("high") is not None:
+                    return float(k["low"]), float(k["high"])
+    return None
+
+
+def _reshape(p: Param, vals: list[float], catalog: Catalog | None) -> tuple[float, float, str]:
+    lo, hi = _to_u(p, p.low), _to_u(p, p.high)  # type: ignore[arg-type]
+    span = hi - lo
+    if span <= 0:
+        return p.low, p.high, ""  # type: ignore[return-value]
+    us = [_to_u(p, v) for v in vals]
+    new_lo, new_hi = max(lo, min(us) - MARGIN * span), min(hi, max(us) + MARGIN * span)
+    how = "narrowed around the Pareto recipes"
+    declared = _declared(catalog, p.name)
+    d_lo, d_hi = (_to_u(p, declared[0]) if declared and (declared[0] > 0 or not p.log) else lo,
+                  _to_u(p, declared[1]) if declared else hi)
+    if min(us) <= lo + EDGE * span:
+        new_lo, how = max(d_lo, lo - WIDEN * span), "widened below: a Pareto recipe sits at the lower edge"
+    if max(us) >= hi - EDGE * span:
+        new_hi, how = min(d_hi, hi + WIDEN * span), "widened above: a Pareto recipe sits at the upper edge"
+    low, high = _from_u(p, new_lo), _from_u(p, new_hi)
+    if p.kind == "int":
+        low, high = int(math.floor(low)), int(math.ceil(high))
+    return low, high, how
+
+
+def redesign_rules(space: RecipeSpace, evidence: Evidence, catalog: Catalog | None = None) -> RecipeSpace:
+    """The next version of `space` from the evidence (see the module docstring)."""
+    params: list[Param] = []
+    fixed = dict(space.fixed)
+    best = evidence.pareto[0]["values"] if evidence.pareto else {}
+    if evidence.pareto:  # the best on the first objective listed
+        key = next(iter(evidence.pareto[0]["scores"]), None)
+        if key is not None:
+            best = max(evidence.pareto, key=lambda e: e["scores"].get(key, -math.inf))["values"]
+    has_children = {parent for p in space.params for parent in (p.condition or {})}
+    for p in space.params:
+        imp = evidence.importances.get(p.name)
+        vals = [e["values"][p.name] for e in evidence.pareto if p.name in e["values"]]
+        if imp is not None and imp < DROP_BELOW and p.name in best and p.name not in has_children and not p.condition:
+            fixed[p.name] = best[p.name]
+            continue  # dropped: it barely moved any objective
+        q = Param(p.name, p.kind, p.low, p.high, p.log, list(p.choices) if p.choices else None,
+                  p.condition, p.rationale)
+        if p.kind in ("float", "int") and vals and imp is not None:
+            q.low, q.high, how = _reshape(p, [float(v) for v in vals], catalog)
+            q.rationale = f"{p.rationale} | v{space.version + 1}: {how} (importance {imp:.2f})"
+        if p.name == "lr" and evidence.failures and vals:
+            bad = [f["values"]["lr"] for f in evidence.failures if "lr" in f["values"]]
+            if bad and min(bad) > max(vals) and q.high > max(vals):  # type: ignore[operator]
+                q.high = max(vals)
+                q.rationale += f" | v{space.version + 1}: ceiling lowered, {len(bad)} failure(s) above it"
+        params.append(q)
+    return RecipeSpace(params, list(space.simplexes), fixed, version=space.version + 1, designer=space.designer)
+
+
+def redesign(space: RecipeSpace, evidence: Evidence, catalog: Catalog, project: ProjectConfig, run_dir,
+             warn=print) -> RecipeSpace:
+    """The project's designer applied to the evidence (the LLM with the rules as fallback, or the rules)."""
+    if project.designer.kind == "llm":
+        from sro.designer.llm import DesignerFailed, design_llm
+
+        try:
+            new = design_llm(catalog, project, run_dir / "designer", space=space, evidence=evidence.to_dict())
+            new.version = space.version + 1
+            return new
+        except DesignerFailed as e:
+            warn(f"warning: the LLM redesign failed ({e}); redesigning with the rules instead")
+    return redesign_rules(space, evidence, catalog)
+
+
+def maybe_redesign(project: ProjectConfig, ledger, space: RecipeSpace, ctx, run_dir, budget=None,
+                   log=print) -> RecipeSpace | None:
+    """Redesign when due (see `due`); write the new version and return it, else None."""
+    from sro.designer.catalog import build_catalog
+    from sro.designer.design import write_space
+
+    records = ledger.records()
+    last_at = int(ledger.get("designed_at_trials", 0))
+    why = due(project, records, last_at)
+    if why is None:
+        return None
+    evidence = gather_evidence(ledger, records, project.objective_directions())
+    new = redesign(space, evidence, build_catalog(project, budget, ctx), project, run_dir, warn=log)
+    path = write_space(run_dir, new)
+    ledger.put("designed_at_trials", evidence.n_finished)
+    kept = sum(fits(new, r.recipe) for r in records if r.state == "complete")
+    log(f"redesigned the space ({why}): {path.name} is version {new.version} with {len(new.params)} parameters; "
+        f"{kept} earlier trial(s) fit it and stay in the optimizer's evidence")
+    return new

@@ -1,0 +1,89 @@
+"""Hypervolume of a search, with BoTorch's own utilities (`botorch.utils.multi_objective`).
+
+Everything here works in the *maximization frame*: minimized objectives (cost) are negated first, so
+"larger is better" on every column.
+
+The hypervolume history of a study (`hypervolume_history`) is the dominated hypervolume of the complete
+trials among the first k, for every k. Its reference point is inferred from the data, once per history
+(`reference_point` over all complete trials): 10% of each objective's observed range below the worst
+value seen, so every trial adds volume and the curve rises whenever the front moves. A later trial that
+is worse than everything before it moves the reference point, so the history is recomputed as a whole
+(it is cheap: a few ms per step for tens of trials) and stored whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from botorch.utils.multi_objective.box_decompositions.dominated import DominatedPartitioning
+from botorch.utils.multi_objective.pareto import is_non_dominated
+
+from sro.ledger import TrialRecord
+
+
+def reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
+    """(n, m) observed outcomes, maximization frame → (m,) point a margin below the worst value.
+
+    `margin` is a fraction of each objective's observed range (of its magnitude, or 1, when the range
+    is zero), so every observed point dominates the reference point and adds hypervolume.
+    """
+    lo, hi = Y.min(dim=0).values, Y.max(dim=0).values
+    span = torch.where(hi > lo, hi - lo, lo.abs().clamp_min(1.0))
+    return lo - margin * span
+
+
+def hypervolume(Y: torch.Tensor, ref: torch.Tensor) -> float:
+    """Volume dominated by the rows of Y (n, m) (maximization frame) and bounded below by ref (m,).
+
+    Rows that do not strictly dominate ref add nothing and are dropped first.
+    """
+    Y = torch.as_tensor(Y, dtype=torch.float64)
+    ref = torch.as_tensor(ref, dtype=torch.float64)
+    Y = Y[(Y > ref).all(dim=-1)]
+    if len(Y) == 0:
+        return 0.0
+    Y = Y[is_non_dominated(Y)]
+    return float(DominatedPartitioning(ref_point=ref, Y=Y).compute_hypervolume())
+
+
+def hypervolume_curve(Y: torch.Tensor, ref: torch.Tensor) -> list[float]:
+    """Hypervolume of the first k rows of Y (n, m), for k = 1 … n."""
+    return [hypervolume(Y[: k + 1], ref) for k in range(len(Y))]
+
+
+def outcomes(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]]) -> tuple[list[int], torch.Tensor]:
+    """Trial numbers and (n, m) maximization-frame outcomes of the complete trials with every
+    objective finite, in trial order."""
+    nums, rows = [], []
+    for r in sorted(records, key=lambda r: r.number):
+        if r.state != "complete":
+            continue
+        y = [r.value(k) * (1.0 if d == "max" else -1.0) for k, d in objectives]
+        if all(v == v and abs(v) != float("inf") for v in y):
+            nums.append(r.number)
+            rows.append(y)
+    return nums, torch.tensor(rows, dtype=torch.float64).reshape(len(rows), len(objectives))
+
+
+def hypervolume_history(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]]) -> dict:
+    """The study's hypervolume after each complete trial: {"trials": [number, …], "hypervolume": […],
+    "ref_point": […] (maximization frame), "objectives": [[key, direction], …]}. Empty lists when no
+    trial is complete."""
+    nums, Y = outcomes(records, objectives)
+    if not nums:
+        return {"trials": [], "hypervolume": [], "ref_point": [], "objectives": [list(o) for o in objectives]}
+    ref = reference_point(Y)
+    return {"trials": nums, "hypervolume": [round(v, 10) for v in hypervolume_curve(Y, ref)],
+            "ref_point": ref.tolist(), "objectives": [list(o) for o in objectives]}
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """A one-line text plot of a non-negative series (for `sro show`), at most 60 characters."""
+    if not values:
+        return ""
+    step = max(1, -(-len(values) // 60))
+    vals = list(values)[::step]
+    hi = max(vals)
+    bars = "▁▂▃▄▅▆▇█"
+    return "".join(bars[min(7, int(7 * v / hi))] if hi > 0 else bars[0] for v in vals)

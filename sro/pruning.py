@@ -1,0 +1,159 @@
+"""Multi-objective pruning: stop a trial whose intermediate results are dominated, at the same fidelity,
+by enough earlier trials.
+
+While a trial trains, at set fractions of its steps (default 1/3 and 2/3) the policy is scored on the
+first `items` items of every held-out benchmark, and the cost so far (wall seconds) is measured. These
+values, per objective, are the trial's intermediate results at that fidelity; they are stored in the
+ledger (`Ledger.report_intermediate`). The trial is stopped — recorded as `pruned` with its partial
+results (`Ledger.end_early`) — when at least `min_dominating` earlier trials' results *at the same
+fraction* dominate it (no worse on every objective, better on one). With fewer than `min_dominating`
+earlier results at that fraction nothing is pruned, so the rule is safe in a young study.
+
+Optuna's pruners need a single intermediate value and cannot prune multi-objective studies; this rule
+compares whole objective vectors. Related: successive halving and Hyperband prune by rank at fixed
+fidelities (Li et al. 2018, arXiv 1603.06560); domination at equal fidelity is the multi-objective
+counterpart of "worse than most at the same rung".
+
+The budget saved by a pruned trial is the steps it did not run, and their seconds estimated from its
+own pace so far (`saved_steps`, `saved_s` in its cost).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from sro.ledger import TrialRecord
+
+Objective = tuple[str, str]
+
+
+def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str]) -> bool:
+    """True when vector `a` is no worse than `b` on every objective and better on at least one.
+
+    `directions[i]` is "max" or "min"; a nan on either side makes the pair incomparable."""
+    better = False
+    for x, y, d in zip(a, b, directions):
+        if x != x or y != y:
+            return False
+        if d == "min":
+            x, y = -x, -y
+        if x < y:
+            return False
+        better = better or x > y
+    return better
+
+
+def dominating_count(values: dict[str, float], earlier: Sequence[dict[str, float]],
+                     objectives: Sequence[Objective]) -> int:
+    """How many of the `earlier` result dicts dominate `values` (all keyed by objective)."""
+    keys, dirs = [k for k, _ in objectives], [d for _, d in objectives]
+    mine = [float(values.get(k, float("nan"))) for k in keys]
+    return sum(dominates([float(e.get(k, float("nan"))) for k in keys], mine, dirs) for e in earlier)
+
+
+def fraction_key(fraction: float) -> str:
+    return f"{fraction:.3f}"
+
+
+class TrialPruned(Exception):
+    """Raised from the training loop when the pruning rule stops a trial."""
+
+    def __init__(self, fraction: float, step: int, values: dict[str, float], dominated_by: int) -> None:
+        super().__init__(f"pruned at {fraction:.0%} of its steps (step {step}): dominated by {dominated_by} "
+                         "earlier trials at the same fraction")
+        self.fraction, self.step, self.values, self.dominated_by = fraction, step, values, dominated_by
+
+
+@dataclasses.dataclass
+class Pruner:
+    """The pruning rule and its settings (`PruningConfig` in the project YAML carries the help text)."""
+
+    objectives: list[Objective]
+    fractions: tuple[float, ...] = (1 / 3, 2 / 3)
+    items: int = 50
+    min_dominating: int = 3
+    min_steps: int = 6
+
+    def checkpoints(self, steps: int) -> dict[int, float]:
+        """Step → fraction, for the fractions that fall strictly inside a trial of `steps` steps; none
+        for a trial shorter than `min_steps` (its evaluations would cost more than pruning can save)."""
+        out: dict[int, float] = {}
+        if steps < self.min_steps:
+            return out
+        for f in self.fractions:
+            s = max(1, round(f * steps))
+            if s < steps:
+                out.setdefault(s, f)
+        return out
+
+    def earlier(self, history: Sequence[TrialRecord], fraction: float) -> list[dict[str, float]]:
+        """The intermediate results at `fraction` of every trial in `history` that has one."""
+        key = fraction_key(fraction)
+        return [r.intermediate[key] for r in history if key in r.intermediate]
+
+    def should_prune(self, values: dict[str, float], earlier: Sequence[dict[str, float]]) -> int:
+        """The number of dominating earlier results when it reaches `min_dominating`, else 0."""
+        if len(earlier) < self.min_dominating:
+            return 0
+        n = dominating_count(values, earlier, self.objectives)
+        return n if n >= self.min_dominating else 0
+
+    def hook(self, ctx: Any, steps: int, history: Sequence[TrialRecord],
+             report: Callable[[float, dict[str, float]], None]) -> Callable[[int, Any, Any], None]:
+        """The `on_checkpoint(step, model, tokenizer)` callback for `run_trial`.
+
+        At each checkpoint it scores the model on benchmark subsets (`subset_scores`), adds the cost so
+        far, hands the values to `report` (the ledger) and raises `TrialPruned` when the rule says so.
+        `history` is the study's trials before this one.
+        """
+        points = self.checkpoints(steps)
+        t0 = time.monotonic()
+
+        def on_checkpoint(step: int, model: Any, tokenizer: Any) -> None:
+            if step not in points:
+                return
+            f = points[step]
+            values = {**subset_scores(ctx, model, tokenizer, self.items), "cost": round(time.monotonic() - t0, 2)}
+            report(f, values)
+            n = self.should_prune(values, self.earlier(history, f))
+            if n:
+                raise TrialPruned(f, step, values, n)
+
+        return on_checkpoint
+
+
+def subset_scores(ctx: Any, model: Any, tokenizer: Any, items: int) -> dict[str, float]:
+    """Scores of `model` on the first `items` items of every benchmark of `ctx` (a `SearchContext`),
+    leaving the model's train/eval mode and torch's random state as they were, so training goes on
+    exactly as it would have without the evaluation."""
+    small = {k: dataclasses.replace(b, items=b.items[:items]) for k, b in ctx.benchmarks.items()}
+    training = model.training
+    rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    try:
+        return dataclasses.replace(ctx, benchmarks=small).score(model, tokenizer)
+    finally:
+        torch.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        model.train(training)
+
+
+def saved_budget(records: Sequence[TrialRecord]) -> dict[str, float]:
+    """What pruning saved over a study: {"trials", "steps", "seconds"} summed over pruned trials."""
+    pruned = [r for r in records if r.state == "pruned"]
+    return {"trials": float(len(pruned)), "steps": sum(r.cost.get("saved_steps", 0.0) for r in pruned),
+            "seconds": sum(r.cost.get("saved_s", 0.0) for r in pruned)}
+
+
+def pruned_cost(cost_so_far: dict[str, float], step: int, steps: int) -> dict[str, float]:
+    """A pruned trial's cost: what it spent, plus the steps it did not run and their estimated seconds
+    at its own pace so far."""
+    left = max(0, steps - step)
+    pace = float(cost_so_far.get("wall_s", 0.0)) / max(1, step)
+    return {**cost_so_far, "saved_steps": float(left), "saved_s": round(pace * left, 2)}

@@ -1,0 +1,43 @@
+"""Calibration metrics of step confidence (ALGORITHMS.md §5) on hand-made pairs."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from evaluators.calibration import ConfidenceRecord, auroc, brier, calibration_report, ece, selective
+
+
+def test_auroc_by_hand():
+    assert auroc([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0]) == 1.0
+    assert auroc([0.1, 0.2, 0.8, 0.9], [1, 1, 0, 0]) == 0.0
+    # pairs (pos, neg): (0.8,0.3) win, (0.8,0.9) loss, (0.4,0.3) win, (0.4,0.9) loss → 2/4
+    assert auroc([0.8, 0.4, 0.3, 0.9], [1, 1, 0, 0]) == 0.5
+    # a tie counts one half: pos 0.5 vs neg 0.5 → ½, pos 0.7 vs neg 0.5 → 1 → 1.5/2
+    assert auroc([0.5, 0.7, 0.5], [1, 1, 0]) == 0.75
+    assert math.isnan(auroc([0.1, 0.2], [1, 1]))
+
+
+def test_ece_by_hand():
+    # bin [0.2,0.3): confs .2,.2 labels 0,1 → |0.5−0.2|=.3, weight 2/4; bin [0.9,1]: confs 1.0,.9 labels 1,1 → .05
+    got = ece([0.2, 0.2, 1.0, 0.9], [0, 1, 1, 1])
+    assert got == pytest.approx(0.5 * 0.3 + 0.5 * 0.05)
+    assert ece([0.0, 1.0], [0, 1]) == 0.0
+
+
+def test_brier_by_hand():
+    assert brier([0.2, 0.9], [0, 1]) == pytest.approx((0.04 + 0.01) / 2)
+
+
+def test_report_and_selective_execution():
+    recs = [ConfidenceRecord(0, 0, 0.9, True), ConfidenceRecord(0, 1, 0.8, True),
+            ConfidenceRecord(1, 0, 0.6, False), ConfidenceRecord(1, 1, 0.3, False),
+            ConfidenceRecord(2, 0, 0.2, False)]
+    rep = calibration_report(recs, tau=0.5)
+    assert rep["first_step"]["auroc"] == 1.0 and rep["first_step"]["n"] == 3
+    assert rep["pooled"]["n"] == 5
+    assert rep["per_step"][1]["auroc"] == 1.0
+    sel = selective(recs, 0.5)  # episode 1 drops below τ at step 1, episode 2 at step 0: handed off
+    assert sel["coverage"] == pytest.approx(1 / 3)
+    assert sel["success_executed"] == 1.0 and sel["success_all"] == pytest.approx(1 / 3)

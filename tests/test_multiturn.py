@@ -1,0 +1,205 @@
+"""Multi-turn rollouts and trainer: masks, per-step records, credit, crash handling, and learning on a
+two-step corridor game behind the gymnasium-style `TextEnv` interface (no textworld needed)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from evaluators.envs import EnvSettings, StepInfo, TextEnv
+from evaluators.sources import SourceSpec
+from evaluators.textworld_env import EpisodeResult
+from trainers.grpo import GRPOConfig
+from trainers.models import load_policy
+from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, credit, multi_turn_config, pack,
+                                play_episodes)
+from trainers.proas import ProASConfig, ReferenceGraph
+from trainers.tiny import TinySpec, ensure_tiny
+
+
+class Corridor(TextEnv):
+    """Two decisions: `go east` (not west) in the hall, then `take coin` (not look) in the vault."""
+
+    ROOMS = {"hall": (["go east", "go west"], "go east"), "vault": (["look", "take coin"], "take coin")}
+
+    def __init__(self, crash_at: int | None = None, max_steps: int = 4) -> None:
+        super().__init__(EnvSettings(max_steps=max_steps))
+        self.crash_at = crash_at
+
+    def _obs(self, valid: bool, won: bool = False) -> tuple[str, StepInfo]:
+        adm, best = self.ROOMS[self.room]
+        info = StepInfo(adm, f"c:{self.room}", valid, won=won, score=float(won), walkthrough=[best])
+        return f"room: {self.room}\nchoose: {', '.join(adm)}", info
+
+    def reset(self, *, seed=None, options=None):
+        self.room, self.steps = "hall", 0
+        obs, info = self._obs(True)
+        return obs, {"step": info}
+
+    def step(self, action: str):
+        self.steps += 1
+        if self.crash_at is not None and self.steps >= self.crash_at:
+            raise RuntimeError("engine fell over")
+        cmd = action.strip().split("\n")[0].strip()
+        valid = cmd in self.ROOMS[self.room][0]
+        won = self.room == "vault" and cmd == "take coin"
+        if self.room == "hall" and cmd == "go east":
+            self.room = "vault"
+        obs, info = self._obs(valid, won)
+        return obs, float(won), won, (not won and self.steps >= self.settings.max_steps), {"step": info}
+
+
+class CorridorTask:
+    multi_turn = True
+    spec = SourceSpec("fake", "corridor")
+    n_games = 1
+
+    def __init__(self, crash_at: int | None = None) -> None:
+        self.crash_at = crash_at
+
+    def make_env(self, g: int) -> Corridor:
+        return Corridor(self.crash_at)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """These models are tiny: one thread is as fast, and far faster when the cores are shared."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory):
+    """A tiny model pre-trained on the corridor's steps with a teacher right only 30% of the time."""
+    rng = random.Random(0)
+    pairs = []
+    for _ in range(400):
+        room = rng.choice(list(Corridor.ROOMS))
+        adm, best = Corridor.ROOMS[room]
+        wrong = next(a for a in adm if a != best)
+        pairs.append((f"room: {room}\nchoose: {', '.join(adm)}", best if rng.random() < 0.3 else wrong))
+    spec = TinySpec(hidden_size=64, layers=2, intermediate_size=128, pretrain_steps=150, habit_rate=0.0, lr=3e-3,
+                    batch_size=16)
+    path: Path = ensure_tiny(pairs, tmp_path_factory.mktemp("tiny"), spec)
+    return path
+
+
+def _cfg(**kw) -> MultiTurnConfig:
+    return MultiTurnConfig(GRPOConfig(lr=1e-3, steps=1, group_size=8, prompts_per_step=2, max_new_tokens=5,
+                                      warmup_steps=1), **kw)
+
+
+def test_pack_masks_observations_and_trains_actions():
+    class Tok:
+        pad_token_id = 0
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text]}
+
+    ids, att, cm, L = pack(Tok(), ["ab", "abcd"], [[7, 8, 9], [5]], "cpu")
+    assert L == 4 and ids.tolist() == [[0, 0, 97, 98, 7, 8, 9], [97, 98, 99, 100, 5, 0, 0]]
+    assert att.tolist() == [[0, 0, 1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 0, 0]]
+    assert cm.tolist() == [[1, 1, 1], [1, 0, 0]]  # only the policy's action tokens are trainable
+
+
+def _episode(keys_actions, success):
+    e = Episode("g")
+    e.steps = [Step("p", [1], a, k, True) for k, a in keys_actions]
+    e.result = EpisodeResult(success, float(success), len(e.steps), 0, "won" if success else "step limit")
+    return e
+
+
+def test_proas_with_lambda_zero_and_neutral_graph_is_grpo_in_the_trainer():
+    eps = [_episode([("s0", "go east"), ("s1", "take coin")], True), _episode([("s0", "go west")] * 3, False),
+           _episode([("s0", "dance"), ("s0", "go east"), ("s1", "take coin")], True), _episode([("s0", "x")], False)]
+    rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
+    grpo = credit(eps, rewards, MultiTurnConfig(GRPOConfig(group_size=4)), None)
+    pc = ProASConfig(graph_source="distilled", n_min=10_000, v_unk=1.0, lam=0.0)
+    cfg = MultiTurnConfig(GRPOConfig(group_size=4), credit="proas", proas=pc)
+    assert credit(eps, rewards, cfg, ReferenceGraph(pc)) == grpo
+    assert grpo == [[grpo[0][0]] * 2, [grpo[1][0]] * 3, [grpo[2][0]] * 3, [grpo[3][0]]]
+    # with the rules: the inadmissible "dance" inside a winning episode gets zero credit
+    g = ReferenceGraph(ProASConfig(graph_source="rules"))
+    g.observe_state("s0", ["go east", "go west"], ["go east"])
+    cfg = MultiTurnConfig(GRPOConfig(group_size=4), credit="proas", proas=ProASConfig(graph_source="rules"))
+    shaped = credit(eps, rewards, cfg, g)
+    assert shaped[2][0] == 0.0 and shaped[2][1] > 0
+
+
+def test_rollout_keeps_step_records_and_survives_env_crash(policy):
+    model, tok = load_policy(policy, "cpu")
+    envs = [Corridor(), Corridor(crash_at=1), Corridor()]
+    eps = play_episodes(model, tok, envs, ["a", "b", "c"], greedy=False, max_new_tokens=5)
+    assert eps[1].result.reason == "env error: RuntimeError: engine fell over" and not eps[1].result.success
+    for e in (eps[0], eps[2]):
+        assert e.result.reason in ("won", "step limit")
+        assert e.steps[0].state_key == "c:hall" and e.steps[0].prompt.startswith("room: hall")
+        assert all(isinstance(s.valid, bool) and s.action_ids for s in e.steps)
+    tr = MultiTurnTrainer(model, tok, _cfg(), [CorridorTask(crash_at=2)])
+    m = tr.step()  # every episode crashes at its 2nd step: logged failures, the trial goes on
+    assert m["success"] == 0.0 and m["env_errors"] == 16 and len(tr.failures) == 16
+
+
+def test_multi_turn_config_from_recipe_values():
+    cfg = multi_turn_config("proas", GRPOConfig(), {"proas.lam": 0.3, "mt.history": 1, "lr": 1.0})
+    assert cfg.credit == "proas" and cfg.proas.lam == 0.3 and cfg.history == 1
+    assert multi_turn_config("grpo", GRPOConfig(), {}).credit == "grpo"
+    with pytest.raises(ValueError, match="unknown ProAS settings"):
+        multi_turn_config("proas", GRPOConfig(), {"proas.lamda": 0.3})
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("credit_kind", ["grpo", "proas"])
+def test_trainer_learns_the_corridor(policy, credit_kind):
+    model, tok = load_policy(policy, "cpu")
+    torch.manual_seed(0)
+    before = play_episodes(model, tok, [Corridor() for _ in range(64)], ["c"] * 64, greedy=False, max_new_tokens=5)
+    base = sum(e.result.success for e in before) / 64
+    cfg = _cfg(credit=credit_kind)
+    cfg.base.steps = 14
+    tr = MultiTurnTrainer(model, tok, cfg, [CorridorTask()])
+    hist = tr.train()
+    after = play_episodes(model, tok, [Corridor() for _ in range(64)], ["c"] * 64, greedy=False, max_new_tokens=5)
+    final = sum(e.result.success for e in after) / 64
+    assert base < 0.4 and final >= base + 0.3, (base, final, [round(h["success"], 2) for h in hist])
+
+
+AGENT = """\
+name: agentmicro
+base_model: tiny
+domains:
+  agent:
+    sources:
+      - textworld: coin_collector
+        config: {level: 2, games: 2, max_steps: 4}
+    benchmarks:
+      - name: coin
+        textworld: coin_collector
+        config: {level: 2, games: 2, max_steps: 4}
+        size: 2
+        metric: success
+runtime: {tiny_pretrain_steps: 10, threads: 1, max_new_tokens: 10}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["proas"])
+def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, algorithm):
+    from sro.config import load_project
+    from sro.executor import SearchContext, run_trial
+    from sro.recipe import Recipe
+
+    p = tmp_path / "agent.yaml"
+    p.write_text(AGENT)
+    ctx = SearchContext.prepare(load_project(p), tmp_path / "cache", log=lambda s: None)
+    recipe = Recipe({"lr": 1e-3, "steps": 2, "group_size": 2, "prompts_per_step": 1, "proas.lam": 0.5},
+                    {"algorithm": algorithm, "max_new_tokens": 10})
+    out = run_trial(recipe, ctx)
+    assert set(out.scores) == {"agent/coin"} and 0.0 <= out.scores["agent/coin"] <= 1.0
+    assert len(out.curve) == 2 and "graph_edges" in out.curve[-1] and out.curve[-1]["episodes"] == 4
+    assert out.metrics["env_errors"] == 0

@@ -1,0 +1,94 @@
+"""ProAS credit shaping (ALGORITHMS.md §2) on hand-built trajectories."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from trainers.core import ADVANTAGES
+from trainers.proas import ProASConfig, ReferenceGraph, step_advantages
+
+
+def test_inadmissible_step_in_successful_episode_gets_zero_credit():
+    g = ReferenceGraph(ProASConfig(graph_source="rules"))
+    g.observe_state("A", ["go east", "look"], ["go east"])
+    g.observe_state("B", ["take coin", "go west"], ["take coin"])
+    # won: "dance" (inadmissible in A), then go east, then take coin
+    v = [g.validity(("A", "dance")), g.validity(("A", "go east")), g.validity(("B", "take coin"))]
+    assert v == [0.0, 1.0, 1.0]
+    for gate in ("hard", "soft"):
+        (adv,) = step_advantages([0.8], [v], ProASConfig(gate=gate))
+        assert adv == [0.0, 0.8, 0.8]  # zero, never negative
+    # with rescaling the episode keeps its total credit 3·0.8, moved onto the two valid steps
+    (adv,) = step_advantages([0.8], [v], ProASConfig(rescale=True))
+    assert adv == pytest.approx([0.0, 1.2, 1.2])
+    assert sum(adv) == pytest.approx(3 * 0.8)
+
+
+def test_soft_gate_scales_by_validity():
+    (adv,) = step_advantages([2.0], [[0.25, 0.75, 1.0]], ProASConfig(gate="soft"))
+    assert adv == [0.5, 1.5, 2.0]
+    (adv,) = step_advantages([2.0], [[0.25, 0.75, 1.0]], ProASConfig(gate="hard", theta_v=0.5))
+    assert adv == [0.0, 2.0, 2.0]
+
+
+def test_failed_episode_penalty_moves_to_first_deviations_total_unchanged():
+    cfg = ProASConfig(lam=0.5, k_dev=2, rho=0.5, theta_v=0.5)
+    v = [1.0, 0.0, 1.0, 0.2, 0.0]  # deviations at t=1, 3, 4; the first K=2 share the moved penalty
+    (adv,) = step_advantages([-1.0], [v], cfg)
+    # q_1 = 1/1.5, q_3 = 0.5/1.5; Â_t = −((1−λ) + λ·T·q_t) with T = 5
+    expect = [-0.5, -(0.5 + 0.5 * 5 * (2 / 3)), -0.5, -(0.5 + 0.5 * 5 * (1 / 3)), -0.5]
+    assert adv == pytest.approx(expect)
+    assert sum(adv) == pytest.approx(-1.0 * 5)  # the episode's total penalty A·T is unchanged
+    assert adv[1] < adv[3] < adv[0]  # the earliest wrong turn carries the most
+    # λ = 1, K = 1: the whole penalty lands on the first deviation
+    (adv,) = step_advantages([-1.0], [v], ProASConfig(lam=1.0, k_dev=1))
+    assert adv == pytest.approx([0, -5, 0, 0, 0])
+
+
+def test_failed_episode_without_deviation_keeps_grpo_credit():
+    (adv,) = step_advantages([-0.7], [[1.0, 1.0, 0.9]], ProASConfig(lam=0.9))
+    assert adv == pytest.approx([-0.7] * 3)
+
+
+def test_lambda_zero_and_valid_graph_is_exactly_grpo():
+    rewards = torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0])  # two games, G = 3
+    A = ADVANTAGES.get("group")(rewards, 3).tolist()
+    lengths = [3, 5, 1, 4, 2, 6]
+    for gate in ("hard", "soft"):
+        cfg = ProASConfig(lam=0.0, gate=gate)
+        out = step_advantages(A, [[1.0] * T for T in lengths], cfg)
+        assert out == [[a] * T for a, T in zip(A, lengths)]  # bit-for-bit the GRPO broadcast
+
+
+def test_distilled_validity_over_a_window():
+    cfg = ProASConfig(graph_source="distilled", n_min=3, window=2, prior_a=1, prior_b=1, v_unk=0.9)
+    g = ReferenceGraph(cfg)
+    e = ("A", "go west")
+    g.add_iteration([([e], False), ([e], False)])
+    assert g.validity(e) == 0.9  # 2 < n_min: unknown
+    g.add_iteration([([e], True), ([e], False)])
+    assert g.validity(e) == pytest.approx((1 + 1) / (4 + 2))  # n⁺=1, n⁻=3
+    g.add_iteration([([e], True)])  # the first iteration leaves the window (W = 2): n⁺=2, n⁻=1
+    assert g.validity(e) == pytest.approx((2 + 1) / (3 + 2))
+
+
+def test_rules_override_distilled_and_corruption_flips_a_share():
+    g = ReferenceGraph(ProASConfig(graph_source="both", n_min=1))
+    g.observe_state("A", ["go east"])
+    g.add_iteration([([("A", "jump")], True)] * 5)
+    assert g.validity(("A", "jump")) == 0.0  # the environment's rules win
+    cg = ReferenceGraph(ProASConfig(graph_source="rules", corrupt=0.2), seed=1)
+    states = [f"s{i}" for i in range(500)]
+    for s in states:
+        cg.observe_state(s, ["ok"])
+    flipped = sum(cg.validity((s, "bad")) == 1.0 for s in states) / len(states)
+    assert 0.15 < flipped < 0.25
+    assert cg.stats()["graph_states"] == 500
+
+
+def test_config_rejects_bad_knobs():
+    with pytest.raises(ValueError, match="gate must be soft or hard"):
+        ProASConfig(gate="medium")
+    with pytest.raises(ValueError, match="lam must be in"):
+        ProASConfig(lam=1.5)

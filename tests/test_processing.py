@@ -1,0 +1,135 @@
+"""Processing operators: difficulty band, dedup, length band; the Mixture applies them, and a trial
+really draws through them."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from evaluators.sources import Item, SourceSpec, Task, normalize
+from trainers import processing
+from trainers.mixture import Mixture
+from trainers.processing import OPERATORS, estimate_pass_rates, item_filter, needs_pass_rates
+
+
+class ListTask(Task):
+    """Items from a list, repeating; the answer is the question's number."""
+
+    def __init__(self, questions: list[str], name: str = "t") -> None:
+        self.spec = SourceSpec("jsonl", name)
+        self.qs = questions
+
+    def item(self, idx: int) -> Item:
+        q = self.qs[idx % len(self.qs)]
+        return Item(q, q.split()[-1], self.spec.key)
+
+    def score(self, item: Item, completion: str) -> float:
+        return float(completion.strip() == item.answer)
+
+
+def test_registry_lists_the_three_operators():
+    assert set(OPERATORS.names()) >= {"difficulty", "dedup", "length"}
+    d = OPERATORS.get("difficulty").as_dict()
+    assert d["needs_pass_rates"] and d["knobs"][0]["low"] == 0.0  # a bound of 0 is kept in the catalog
+
+
+def test_difficulty_band_keeps_known_items_inside_it():
+    rates = {"q 1": 0.0, "q 2": 0.25, "q 3": 0.75, "q 4": 1.0}
+    keep = item_filter({"proc.difficulty_low": 0.2, "proc.difficulty_high": 0.8}, lambda: rates)
+    got = [q for q in ("q 1", "q 2", "q 3", "q 4", "q 5") if keep(Item(q, "", "s"))]
+    assert got == ["q 2", "q 3"]  # q 5 was never estimated: dropped, never let through unknown
+    assert needs_pass_rates({"proc.difficulty_high": 0.9}) and not needs_pass_rates({"proc.dedup": True})
+    with pytest.raises(ValueError, match="swap"):
+        item_filter({"proc.difficulty_low": 0.9, "proc.difficulty_high": 0.1}, lambda: rates)
+
+
+def test_pass_rates_are_not_computed_unless_a_recipe_asks():
+    def boom():
+        raise AssertionError("the pass-rate table was built for a recipe without a difficulty band")
+
+    assert item_filter({"lr": 1e-4}, boom) is None
+    assert item_filter({"proc.max_len": 5}, boom)(Item("abc", "", "s"))
+
+
+def test_dedup_draws_each_question_once_per_pass(monkeypatch):
+    monkeypatch.setattr(processing, "DEDUP_PATIENCE", 5)
+    task = ListTask([f"q {i}" for i in range(4)])
+    mix = Mixture({"d": [task]}, keep=item_filter({"proc.dedup": True}))
+    first = [it.question for _, it in mix.sample(4)]
+    assert sorted(first) == ["q 0", "q 1", "q 2", "q 3"]  # once each ...
+    again = [it.question for _, it in mix.sample(4)]
+    assert len(set(again)) >= 3  # ... then a new pass starts instead of stalling
+    plain = Mixture({"d": [task]})
+    assert [it.question for _, it in plain.sample(4)] == first
+
+
+def test_length_band_and_source_weights_in_the_mixture():
+    short = ListTask(["a 1", "b 2"], "short")
+    long = ListTask(["a much longer question 3", "c 3"], "long")
+    mix = Mixture({"d": [short, long]}, keep=item_filter({"proc.max_len": 5}), seed=1)
+    assert {it.question for _, it in mix.sample(50)} == {"a 1", "b 2", "c 3"}
+    assert mix.filtered > 0
+    weighted = Mixture({"d": [short, long]}, source_weights={"d": [0.9, 0.1]}, seed=0)
+    counts = Counter(t.spec.target for t, _ in weighted.sample(400))
+    assert 320 <= counts["short"] <= 395  # ~90% from the first source
+    with pytest.raises(ValueError, match="source weights"):
+        Mixture({"d": [short, long]}, source_weights={"d": [1.0]})
+
+
+def test_estimate_pass_rates_counts_verified_samples(monkeypatch):
+    """k samples per item, each graded by the task's verifier: a fake sampler solves "q 1" 3 of 4 times."""
+    import trainers.rollout
+
+    class Out:
+        def __init__(self, texts):
+            self.texts = texts
+
+    def fake_generate(model, tok, prompts, group_size=1, **kw):
+        texts = []
+        for p in prompts:
+            ans = p.split()[-1]
+            texts += [ans if p.endswith("1") and j < 3 else "x" for j in range(group_size)]
+        return Out(texts)
+
+    class Model:
+        training = False
+
+        def eval(self):
+            pass
+
+        def train(self, mode=True):
+            pass
+
+    monkeypatch.setattr(trainers.rollout, "generate", fake_generate)
+    monkeypatch.setattr("trainers.prompts.format_prompt", lambda q, tok: q)
+    rates = estimate_pass_rates(Model(), None, [ListTask(["q 1", "q 2"])], n_items=6, k=4)
+    assert rates == {normalize("q 1"): 0.75, normalize("q 2"): 0.0}
+
+
+@pytest.mark.slow
+def test_a_trial_draws_through_the_recipe_filters(micro_project, tmp_path, monkeypatch):
+    """run_trial builds its Mixture with the recipe's proc.* filters and src.* weights."""
+    import sro.executor as ex
+    from sro.config import load_project
+    from sro.recipe import Recipe
+
+    ctx = ex.SearchContext.prepare(load_project(micro_project("proc")), tmp_path / "cache", log=lambda s: None)
+    drawn: list[Item] = []
+
+    class Spy(Mixture):
+        def sample(self, n):
+            out = super().sample(n)
+            drawn.extend(it for _, it in out)
+            return out
+
+    monkeypatch.setattr(ex, "Mixture", Spy)
+    values = {"lr": 1e-4, "steps": 2, "group_size": 2, "prompts_per_step": 4, "proc.dedup": True,
+              "proc.difficulty_low": 0.0, "proc.difficulty_high": 0.5}
+    ex.run_trial(Recipe(values, {"algorithm": "grpo", "max_new_tokens": 4}), ctx)
+    rates = ctx.pass_rates()  # the cached table the trial read
+    assert len(drawn) == 8
+    qs = [normalize(it.question) for it in drawn]
+    assert all(q in rates and rates[q] <= 0.5 for q in qs)  # only estimated items inside the band
+    assert len(set(qs)) == len(qs)  # dedup: no question twice in one pass
+    assert any(r > 0.5 for r in rates.values()) or len(rates) > len(qs)  # the band had something to drop

@@ -1,0 +1,191 @@
+"""Tests of sro.pruning: the domination rule on hand-made fronts, checkpoints, the training hook, the ledger's
+early end, and the search wiring (pruned trials kept with partial results, budget saved, never re-run)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from sro.config import ConfigError, load_project
+from sro.ledger import Ledger
+from sro.pruning import Pruner, TrialPruned, dominates, dominating_count, pruned_cost, saved_budget, subset_scores
+from sro.recipe import Recipe
+from sro.space import RecipeSpace
+
+ROOT = Path(__file__).resolve().parents[1]
+OBJ = [("a/x", "max"), ("cost", "min")]
+
+
+def test_dominates_with_mixed_directions_and_nan() -> None:
+    dirs = ["max", "min"]
+    assert dominates([0.5, 10.0], [0.4, 12.0], dirs)
+    assert dominates([0.5, 10.0], [0.5, 12.0], dirs)  # equal on one, better on the other
+    assert not dominates([0.5, 10.0], [0.5, 10.0], dirs)  # equal everywhere: no domination
+    assert not dominates([0.6, 13.0], [0.5, 12.0], dirs)  # better score, but costlier
+    assert not dominates([float("nan"), 1.0], [0.1, 12.0], dirs)
+
+
+def test_pruning_decisions_on_a_hand_made_front() -> None:
+    # earlier results at the same fraction: (score, cost so far)
+    earlier = [{"a/x": 0.5, "cost": 10.0}, {"a/x": 0.6, "cost": 8.0}, {"a/x": 0.4, "cost": 5.0},
+               {"a/x": 0.7, "cost": 20.0}]
+    p = Pruner(OBJ, min_dominating=3)
+    worst = {"a/x": 0.3, "cost": 25.0}  # dominated by all four
+    assert dominating_count(worst, earlier, OBJ) == 4 and p.should_prune(worst, earlier) == 4
+    middling = {"a/x": 0.45, "cost": 9.0}  # only (0.6, 8) dominates it
+    assert dominating_count(middling, earlier, OBJ) == 1 and p.should_prune(middling, earlier) == 0
+    two = {"a/x": 0.45, "cost": 12.0}  # (0.5, 10) and (0.6, 8): two < 3
+    assert dominating_count(two, earlier, OBJ) == 2 and p.should_prune(two, earlier) == 0
+    assert Pruner(OBJ, min_dominating=2).should_prune(two, earlier) == 2
+    # too few earlier trials at this fraction: never pruned, however bad
+    assert p.should_prune(worst, earlier[:2]) == 0
+    # a front point is never pruned
+    assert p.should_prune({"a/x": 0.8, "cost": 1.0}, earlier) == 0
+
+
+def test_checkpoints_and_earlier_results_by_fraction() -> None:
+    p = Pruner(OBJ)
+    assert p.checkpoints(30) == {10: 1 / 3, 20: 2 / 3}
+    assert p.checkpoints(5) == {}  # shorter than min_steps
+    assert Pruner(OBJ, fractions=(0.5,), min_steps=2).checkpoints(2) == {1: 0.5}
+    from sro.ledger import TrialRecord
+
+    recs = [TrialRecord(0, "complete", Recipe({"v": 0}), intermediate={"0.333": {"a/x": 0.1, "cost": 1.0}}),
+            TrialRecord(1, "pruned", Recipe({"v": 1}), intermediate={"0.333": {"a/x": 0.2, "cost": 2.0},
+                                                                     "0.667": {"a/x": 0.3, "cost": 3.0}})]
+    assert p.earlier(recs, 1 / 3) == [{"a/x": 0.1, "cost": 1.0}, {"a/x": 0.2, "cost": 2.0}]
+    assert p.earlier(recs, 2 / 3) == [{"a/x": 0.3, "cost": 3.0}]
+
+
+@dataclasses.dataclass
+class _Bench:
+    items: list[int]
+
+
+@dataclasses.dataclass
+class _Ctx:
+    """Stands in for `SearchContext`: scores are the share of items seen, and consume random numbers."""
+
+    benchmarks: dict[str, _Bench]
+
+    def score(self, model, tok) -> dict[str, float]:
+        torch.rand(5)  # like sampling would: the hook must restore the RNG state
+        model.eval()
+        return {k: len(b.items) / 100 for k, b in self.benchmarks.items()}
+
+
+def test_hook_scores_subsets_reports_and_prunes() -> None:
+    ctx = _Ctx({"a/x": _Bench(list(range(100)))})
+    model = torch.nn.Linear(2, 2).train()
+    reported: list[tuple[float, dict]] = []
+    from sro.ledger import TrialRecord
+
+    bad = [TrialRecord(i, "complete", Recipe({"i": i}), intermediate={"0.333": {"a/x": 0.9, "cost": 0.0}})
+           for i in range(3)]
+    p = Pruner(OBJ, items=20)
+    hook = p.hook(ctx, 30, bad[:2], lambda f, v: reported.append((f, v)))
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    hook(9, model, None)  # not a checkpoint: nothing happens
+    hook(10, model, None)  # 1/3: scored on 20 items, reported; only 2 earlier results → goes on
+    assert torch.equal(torch.rand(3), expected) and model.training
+    assert reported[0][0] == pytest.approx(1 / 3) and reported[0][1]["a/x"] == 0.2 and reported[0][1]["cost"] >= 0
+    hook = p.hook(ctx, 30, bad, lambda f, v: reported.append((f, v)))
+    with pytest.raises(TrialPruned, match=r"pruned at 33% of its steps \(step 10\): dominated by 3") as e:
+        hook(10, model, None)
+    assert e.value.values["a/x"] == 0.2 and e.value.step == 10
+    assert subset_scores(ctx, model, None, 7) == {"a/x": 0.07} and len(ctx.benchmarks["a/x"].items) == 100
+
+
+def test_pruned_cost_and_saved_budget() -> None:
+    cost = pruned_cost({"wall_s": 12.0, "samples": 80.0}, step=10, steps=30)
+    assert cost == {"wall_s": 12.0, "samples": 80.0, "saved_steps": 20.0, "saved_s": 24.0}
+    from sro.ledger import TrialRecord
+
+    recs = [TrialRecord(0, "pruned", Recipe({}), cost=cost), TrialRecord(1, "complete", Recipe({}), cost={"wall_s": 5}),
+            TrialRecord(2, "pruned", Recipe({}), cost=pruned_cost({"wall_s": 3.0}, 3, 9))]
+    assert saved_budget(recs) == {"trials": 2.0, "steps": 26.0, "seconds": 30.0}
+
+
+SPACE = RecipeSpace.from_yaml("""\
+version: 1
+designer: test
+fixed: {algorithm: grpo, max_new_tokens: 4}
+params:
+  lr: {kind: float, low: 0.001, high: 0.003, log: true, why: small}
+  steps: {kind: int, low: 2, high: 3, why: short}
+""")
+
+
+def test_ledger_end_early_keeps_partial_results_off_the_front(micro_project, tmp_path) -> None:
+    project = load_project(micro_project("early"))
+    ledger = Ledger(project, tmp_path / "early")
+    recipes = [Recipe(v, dict(SPACE.fixed)) for v in SPACE.sobol(3, seed=0)]
+    t0 = ledger.start(recipes[0], SPACE)
+    ledger.report_intermediate(t0, 1 / 3, {"arithmetic/add": 0.2, "cost": 1.0})
+    ledger.report_intermediate(t0, 2 / 3, {"arithmetic/add": 0.1, "cost": 2.0})
+    ledger.end_early(t0, "pruned", {"arithmetic/add": 0.1}, {"wall_s": 2.0, "saved_steps": 1.0}, [], "dominated")
+    t1 = ledger.start(recipes[1], SPACE)
+    ledger.end_early(t1, "collapsed", {}, {"wall_s": 1.0}, [{"reward": 0.0}], "reward fell")
+    t2 = ledger.start(recipes[2], SPACE)
+    ledger.finish(t2, {"arithmetic/add": 0.05}, {"wall_s": 4.0}, [])
+    with pytest.raises(ValueError, match="state must be one of"):
+        ledger.end_early(ledger.start(recipes[0], SPACE), "failed", {}, {}, [])
+    recs = Ledger(project, tmp_path / "early").records()
+    assert [r.state for r in recs[:3]] == ["pruned", "collapsed", "complete"]
+    assert all(r.finished for r in recs[:3])
+    assert recs[0].scores == {"arithmetic/add": 0.1} and recs[0].message == "dominated"
+    assert recs[0].intermediate == {"0.333": {"arithmetic/add": 0.2, "cost": 1.0},
+                                    "0.667": {"arithmetic/add": 0.1, "cost": 2.0}}
+    assert Ledger(project, tmp_path / "early").spent().trials == 3  # the three ended trials count
+    # only complete trials are on the front: the pruned one's better partial score does not count
+    assert [t.number for t in Ledger(project, tmp_path / "early").study.best_trials] == [2]
+
+
+def test_pruning_config_validates(micro_project) -> None:
+    p = micro_project("cfg", "pruning: {at: [0.5, 1.5]}\n")
+    with pytest.raises(ConfigError, match="strictly between 0 and 1"):
+        load_project(p)
+    assert load_project(micro_project("cfg2", "pruning: {enabled: false, items: 10}\n")).pruning.enabled is False
+
+
+@pytest.mark.slow
+def test_search_prunes_keeps_partial_results_and_reports_savings(micro_project, tmp_path, monkeypatch) -> None:
+    """In-process search of 2 trials of 6-7 steps; the rule is forced to fire for the second trial, so
+    the wiring (hook → TrialPruned → ledger.end_early → show/report) is tested, not the tiny model's luck."""
+    from rich.console import Console
+
+    from sro.budget import Budget
+    from sro.search import run_search
+
+    runs = tmp_path / "runs"
+    (runs / "pr").mkdir(parents=True)
+    (runs / "pr" / "space.yaml").write_text(SPACE.to_yaml().replace("high: 3", "high: 7").replace("low: 2", "low: 6"))
+    project = load_project(micro_project("pr", "pruning: {min_dominating: 1, items: 8}\n"))
+    monkeypatch.setattr(Pruner, "should_prune", lambda self, values, earlier: len(earlier))
+    summary = run_search(project, Budget.parse("2trials"), runs, "random", Console(quiet=True))
+    states = [r.state for r in summary.trials]
+    assert states == ["complete", "pruned"], states
+    first, pruned = summary.trials[0], summary.trials[1]
+    assert set(first.intermediate) == {"0.333", "0.667"}  # evaluated at both checkpoints, went on
+    assert set(pruned.intermediate) == {"0.333"} and pruned.cost["saved_steps"] >= 3
+    assert set(pruned.scores) == {"arithmetic/add"} and len(pruned.curve) == 2  # stopped at step 2 of 6-7
+    assert len({r.recipe.key for r in summary.trials}) == 2
+    hv = Ledger(project, runs / "pr").get("hypervolume")
+    assert hv["trials"] == [0] and len(hv["hypervolume"]) == 1 and hv["hypervolume"][0] > 0
+    env = {"PYTHONPATH": str(ROOT), "COLUMNS": "200", "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "sro.cli", "show", str(runs / "pr")], capture_output=True, text=True,
+                       env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "pruned" in r.stdout and "pruning stopped 1 trial(s) early" in r.stdout
+    assert "hypervolume after each complete trial" in r.stdout
+    html = (runs / "pr" / "report.html").read_text()
+    assert "Hypervolume" in html and "pruning stopped 1 trial(s) early" in html
+    assert math.isfinite(summary.trials[1].cost["saved_s"])

@@ -1,0 +1,109 @@
+"""TextWorld as a domain: generated games, the gymnasium-style env, items, metrics and crash handling.
+
+Games are generated once (a few seconds each) and cached under runs/.cache/textworld."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from evaluators.envs import ENVIRONMENTS, EnvSettings
+from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec, derive_seed, make_task
+from evaluators.textworld_env import EpisodeResult, TextWorldTask, episode_metrics, play, resolve_action
+
+ROOT = Path(__file__).resolve().parents[1]
+SPEC = SourceSpec("textworld", "coin_collector", {"level": 2, "games": 2, "max_steps": 6})
+
+
+@pytest.fixture(scope="module")
+def task() -> TextWorldTask:
+    t = make_task(SPEC, derive_seed(0, "train", "agent", 0))
+    assert isinstance(t, TextWorldTask)
+    return t
+
+
+def test_walkthrough_wins_and_compact_observation(task):
+    env = task.make_env(0)
+    obs, info = env.reset()
+    st = info["step"]
+    assert obs.startswith("room: ") and "choose: 1) " in obs and len(obs) < 200
+    assert st.walkthrough and all(c in st.admissible for c in st.walkthrough[:1])
+    res = play(task.make_env(0), lambda o, s: s.walkthrough[0])
+    assert res == EpisodeResult(True, 1.0, len(st.walkthrough), 0, "won")
+
+
+def test_step_limit_and_invalid_actions_are_failures(task):
+    res = play(task.make_env(1), lambda o, s: "The answer is dance")
+    assert not res.success and res.reason == "step limit" and res.steps == 6 and res.invalid == 6
+    m = episode_metrics([res, EpisodeResult(True, 1.0, 2, 0, "won")])
+    assert m == {"success": 0.5, "score": 0.5, "steps": 4.0, "invalid_rate": 6 / 8}
+
+
+def test_env_crash_ends_episode_as_logged_failure(task):
+    env = task.make_env(0)
+
+    def boom(obs, st):
+        raise OSError("interpreter died")
+
+    res = play(env, boom)
+    assert not res.success and res.reason == "env error: OSError: interpreter died"
+
+
+def test_full_text_mode_and_number_choices(task):
+    env = ENVIRONMENTS.get("textworld")(task.game_path(0), EnvSettings(max_steps=3, obs_mode="full"))
+    obs, info = env.reset()
+    assert "Admissible commands:" in obs and "-= " in obs
+    st = info["step"]
+    k = st.admissible.index(st.walkthrough[0]) + 1
+    assert resolve_action(f"{k}\n", st.admissible) == st.walkthrough[0]
+    _, reward, term, trunc, info = env.step(str(k))
+    assert info["step"].valid and not trunc
+    env.close()
+
+
+def test_items_are_walkthrough_steps_with_teacher_noise(task):
+    items = task.items(40)
+    assert all(it.question.startswith("room: ") for it in items)
+    best = [it for it in items if it.answer == it.entry["best"]]
+    assert 0.5 < len(best) / len(items) < 0.95  # teacher_noise 0.3 swaps some for random admissible ones
+    it = best[0]
+    assert task.score(it, it.answer + "\n") == 1.0 and task.score(it, "The answer is x") == 0.0
+
+
+def test_train_and_heldout_games_differ():
+    a = TextWorldTask(SPEC, derive_seed(0, "train", "agent", 0))
+    b = TextWorldTask(SPEC, derive_seed(0, "heldout", "agent", "coin"))
+    assert a.seed + 10 < b.seed
+    assert a.game_path(0) != b.game_path(0)
+
+
+def test_bad_textworld_specs_name_the_key():
+    with pytest.raises(SourceSpecError, match="did you mean 'coin_collector'"):
+        check_source_spec(SourceSpec("textworld", "coin_colector", {}))
+    with pytest.raises(SourceSpecError, match="no setting 'levle'") as e:
+        check_source_spec(SourceSpec("textworld", "coin_collector", {"levle": 3}))
+    assert e.value.field == "config.levle"
+    with pytest.raises(SourceSpecError, match="obs_mode"):
+        check_source_spec(SourceSpec("textworld", "coin_collector", {"obs_mode": "huge"}))
+
+
+def test_random_policy_sometimes_wins(task):
+    rng = random.Random(0)
+    res = [play(task.make_env(g % 2), lambda o, s: rng.choice(s.admissible)) for g in range(12)]
+    m = episode_metrics(res)
+    assert 0.0 < m["success"] < 1.0 and m["invalid_rate"] == 0.0
+
+
+def test_project_yaml_with_textworld_domain(tmp_path):
+    from sro.config import ConfigError, load_project
+
+    p = load_project(ROOT / "search_spaces" / "agent.yaml")
+    assert p.benchmark_keys() == ["agent/coin_heldout"]
+    assert p.domains["agent"].benchmarks[0].metric == "success"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "search_spaces" / "agent.yaml").read_text().replace("level: 2", "levl: 2", 1))
+    with pytest.raises(ConfigError, match=r"domains\.agent\.sources\[0\]\.config\.levl: textworld coin_collector "
+                                          r"has no setting 'levl'"):
+        load_project(bad)

@@ -1,0 +1,292 @@
+"""The trainer layer's extra pieces on hand-computed values and tiny runs: the two clocks (§6),
+dynamic sampling (§1), EWMA weights (§3), self-distillation (§4) and the SFT stage."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from evaluators.sources import Item, SourceSpec
+from trainers.algorithms import config_for
+from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock
+from trainers.distill import CONTEXTS, DIVERGENCES, grad_cosine, teacher_log_dist
+from trainers.grpo import GRPOTrainer
+from trainers.prompts import format_prompt
+from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs, generate
+from trainers.sft import SFTConfig, sft, verified_pairs
+from trainers.tiny import TinySpec, build_model, build_tokenizer
+from trainers.weights import ema_update
+
+
+# ---------- the failure clock and the batch schedule ----------
+
+def _m(reward, entropy=1.0, grad_norm=1.0, loss=0.0, stale_kl=0.0):
+    return {"reward": reward, "entropy": entropy, "grad_norm": grad_norm, "loss": loss, "stale_kl": stale_kl}
+
+
+def test_failure_clock_fires_on_nan_and_explosions_at_once():
+    assert "loss is nan" in FailureClock().observe(_m(0.5, loss=float("nan")))
+    assert "gradient norm exploded" in FailureClock().observe(_m(0.5, grad_norm=1e6))
+    assert "π_prox" in FailureClock().observe(_m(0.5, stale_kl=50.0))
+
+
+def test_failure_clock_reward_falling_from_peak_needs_patience():
+    clock = FailureClock(CollapseSettings(reward_drop=0.5, patience=3, smoothing=1.0))
+    fired = [clock.observe(_m(r)) for r in (0.2, 0.8, 0.8, 0.3, 0.3, 0.3)]
+    # 0.3 < 0.5·0.8 for three steps in a row: fires on the third
+    assert fired[:5] == [None] * 5 and "fell from its peak 0.800 to 0.300" in fired[5]
+    # a dip that recovers does not fire
+    clock = FailureClock(CollapseSettings(reward_drop=0.5, patience=3, smoothing=1.0))
+    assert all(clock.observe(_m(r)) is None for r in (0.8, 0.3, 0.3, 0.8, 0.3, 0.3, 0.9))
+    # a peak below min_peak is noise
+    clock = FailureClock(CollapseSettings(min_peak=0.2, patience=1, smoothing=1.0))
+    assert all(clock.observe(_m(r)) is None for r in (0.1, 0.0, 0.0))
+
+
+def test_failure_clock_entropy_collapse_only_while_below_peak():
+    s = CollapseSettings(min_entropy=0.01, patience=2, smoothing=1.0)
+    clock = FailureClock(s)
+    # certain and at its best: fine
+    assert all(clock.observe(_m(r, entropy=0.001)) is None for r in (0.5, 0.9, 0.9, 0.9))
+    clock = FailureClock(s)
+    fired = [clock.observe(_m(r, entropy=0.001)) for r in (0.9, 0.7, 0.7)]
+    assert fired[1] is None and "entropy collapsed" in fired[2]
+
+
+def test_batch_schedule_and_lr_scaling():
+    sch = BatchSchedule(prompts_per_step=4, group_size=8, steps=10, switch_at=0.5, multiplier=4, lr_alpha=0.5)
+    assert [sch.prompts(s) for s in range(1, 11)] == [4] * 5 + [16] * 5
+    assert sch.lr(1e-4, 1) == pytest.approx(1e-4) and sch.lr(1e-4, 6) == pytest.approx(2e-4)  # √4
+    lin = BatchSchedule(4, 8, 10, 0.5, 4, lr_alpha=1.0, ref_batch=16)
+    assert lin.lr(1e-4, 1) == pytest.approx(2e-4) and lin.lr(1e-4, 10) == pytest.approx(8e-4)
+    assert BatchSchedule(4, 8, 10).prompts(10) == 4  # no schedule
+
+
+# ---------- distillation pieces ----------
+
+def test_sampled_rkl_gradient_is_the_reverse_kl_score_function():
+    logits = torch.tensor([[[1.0, 0.0, -1.0]]], requires_grad=True)
+    s = torch.log_softmax(logits, -1)
+    t = torch.log_softmax(torch.tensor([[[0.0, 0.0, 0.0]]]), -1)
+    tok = torch.tensor([[0]])
+    DIVERGENCES.get("sampled_rkl")(s, t, tok).sum().backward()
+    # d/dlogits of (s_y − t_y)·log s_y with the coefficient detached = (s_y − t_y)·(onehot − p)
+    p = torch.softmax(torch.tensor([1.0, 0.0, -1.0]), -1)
+    coef = math.log(p[0]) - math.log(1 / 3)
+    assert torch.allclose(logits.grad[0, 0], coef * (torch.tensor([1.0, 0, 0]) - p), atol=1e-6)
+
+
+def test_topk_rkl_by_hand_and_zero_when_teacher_agrees():
+    s = torch.log(torch.tensor([[[0.5, 0.3, 0.2]]]))
+    t = torch.log(torch.tensor([[[0.25, 0.25, 0.5]]]))
+    tok = torch.tensor([[0]])
+    got = DIVERGENCES.get("topk_rkl")(s, t, tok, top_k=2)
+    # top-2 of the student: {0, 1}; renormalized s = (5/8, 3/8), t = (1/2, 1/2)
+    want = 5 / 8 * math.log((5 / 8) / 0.5) + 3 / 8 * math.log((3 / 8) / 0.5)
+    assert got.item() == pytest.approx(want, abs=1e-6)
+    assert DIVERGENCES.get("topk_rkl")(s, s, tok, top_k=3).abs().item() < 1e-7
+
+
+def test_sibling_context_uses_a_successful_sibling_only():
+    texts = ["7", "8", "1", "2"]
+    rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    prefixes, use = CONTEXTS.get("sibling")(["q1", "q1", "q2", "q2"], ["7", "7", "3", "3"], texts, rewards, 2, None)
+    # row 1's sibling (row 0) succeeded; row 0's sibling did not; group 2 has no success
+    assert use.tolist() == [0.0, 1.0, 0.0, 0.0]
+    assert prefixes[1] == format_prompt("q1", None) + "7\n"
+    prefixes, use = CONTEXTS.get("answer")(["q"], ["42"], ["x"], torch.zeros(1), 1, None)
+    assert use.tolist() == [1.0] and prefixes[0].endswith("42\n")
+
+
+def test_grad_cosine_and_ema_update():
+    assert grad_cosine([torch.tensor([1.0, 0.0]), None], [torch.tensor([1.0, 1.0]), None]) == pytest.approx(
+        1 / math.sqrt(2))
+    a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
+    want = 0.25 * a.weight.detach() + 0.75 * b.weight.detach()
+    ema_update(a, b, decay=0.25)
+    assert torch.allclose(a.weight, want)
+
+
+# ---------- tiny runs ----------
+
+class _Digit:
+    """Questions 'add a b' with a one-digit answer; the verifier wants exactly the digit."""
+
+    spec = SourceSpec("jsonl", "digits")
+
+    def score(self, item: Item, text: str) -> float:
+        return float(text.strip() == item.answer)
+
+
+class _Mix:
+    def __init__(self, constant_every: int = 0):
+        self.i = 0
+
+    def sample(self, n):
+        out = []
+        for _ in range(n):
+            a, b = self.i % 5, (self.i * 3) % 5
+            self.i += 1
+            out.append((_Digit(), Item(f"add {a} {b}", str(a + b), "digits")))
+        return out
+
+
+class _Parity(_Digit):
+    """Reward varies within a group from the first step: odd-length completions score 1."""
+
+    def score(self, item, text):
+        return float(len(text) % 2)
+
+
+class _ParityMix(_Mix):
+    def sample(self, n):
+        return [(_Parity(), it) for _, it in super().sample(n)]
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    spec = TinySpec(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, vocab_size=270)
+    tok = build_tokenizer([f"add {a} {b}\nAnswer: {a + b}" for a in range(5) for b in range(5)] * 4 + ["x y z"],
+                          spec.vocab_size)
+    return spec, tok
+
+
+def _model(tiny, seed=0):
+    torch.manual_seed(seed)
+    spec, tok = tiny
+    return build_model(len(tok), spec, tok)
+
+
+def test_rollouts_cat_is_padding_invariant(tiny):
+    _, tok = tiny
+    model = _model(tiny)
+    torch.manual_seed(1)
+    a = generate(model, tok, [format_prompt("add 1 2", tok)], 2, max_new_tokens=3)
+    b = generate(model, tok, [format_prompt("add 1 2 and then some more", tok)], 2, max_new_tokens=5)
+    both = Rollouts.cat([a, b], tok.pad_token_id)
+    lp_both = completion_logprobs(model, both.input_ids, both.attention_mask, both.prompt_len)[0]
+    for part, rows in ((a, slice(0, 2)), (b, slice(2, 4))):
+        lp = completion_logprobs(model, part.input_ids, part.attention_mask, part.prompt_len)[0]
+        C = lp.shape[1]
+        m = part.completion_mask.bool()
+        assert torch.allclose(lp_both[rows, :C][m], lp[m], atol=1e-5)
+        assert both.completion_mask[rows, C:].sum() == 0
+    assert both.texts == a.texts + b.texts
+
+
+def test_dynamic_sampling_keeps_only_groups_with_signal(tiny):
+    _, tok = tiny
+    cfg = config_for("dapo", {"lr": 1e-3, "steps": 2, "group_size": 4, "prompts_per_step": 3,
+                              "max_new_tokens": 2, "max_sample_rounds": 4}, mask_truncated=False)
+
+    class Half(_Digit):  # reward varies within a group only for even items
+        def score(self, item, text):
+            return float(len(text) % 2) if int(item.answer) % 2 == 0 else 1.0
+
+    class HalfMix(_Mix):
+        def sample(self, n):
+            return [(Half(), it) for _, it in super().sample(n)]
+
+    tr = GRPOTrainer(_model(tiny), tok, cfg, HalfMix())
+    m = tr.step()
+    assert m["sample_rounds"] >= 1 and 0 < m["kept_groups"] <= 1
+    assert tr.samples >= m["batch"]  # every generated completion is paid for
+    r = tr._rollout()
+    g = r.rewards.view(-1, 4)
+    assert ((g.max(1).values - g.min(1).values) > 0).all()  # every kept group carries signal
+
+
+def test_ewma_proximal_policy_lags_the_trained_policy(tiny):
+    _, tok = tiny
+    cfg = config_for("proximal_kl", {"lr": 3e-3, "steps": 3, "group_size": 4, "prompts_per_step": 4,
+                                     "max_new_tokens": 3, "num_iterations": 2, "prox.mode": "ewma",
+                                     "prox.ewma_decay": 0.5})
+    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    start = [p.detach().clone() for p in tr.model.parameters()]
+    history = tr.train()
+    assert tr.prox_model is not None and len(history) == 3
+    moved = sum(float((p.detach() - q).abs().sum()) for p, q in zip(tr.model.parameters(), start))
+    diff = sum(float((p.detach() - q).abs().sum()) for p, q in zip(tr.model.parameters(), tr.prox_model.parameters()))
+    assert moved > 0 and 0 < diff < moved  # an average of past weights: behind the live ones
+
+
+def test_self_distillation_pulls_the_student_to_its_teacher(tiny):
+    """w_d = 1, a frozen teacher shown the answer (made sharper than the student by scaling its final
+    norm): the exact KL(student‖teacher) on a fixed batch falls as the trainer distills on fresh
+    samples of the same prompts, and the gradient cosine is logged."""
+    _, tok = tiny
+    items = [it for _, it in _Mix().sample(8)]
+
+    class Fixed:
+        def sample(self, n):
+            return [(_Digit(), it) for it in items]
+
+    cfg = config_for("grpo", {"lr": 1e-2, "steps": 12, "group_size": 2, "prompts_per_step": 8,
+                              "max_new_tokens": 3, "warmup_steps": 1, "distill.weight": 1.0,
+                              "distill.teacher": "frozen", "distill.divergence": "topk_rkl",
+                              "distill.top_k": len(tok)})
+    tr = GRPOTrainer(_model(tiny, seed=3), tok, cfg, Fixed())
+    with torch.no_grad():
+        tr.teacher.model.norm.weight.mul_(4.0)
+    prompts = [format_prompt(it.question, tok) for it in items]
+    ro = generate(tr.model, tok, prompts, 2, max_new_tokens=3)
+    rows = [it for it in items for _ in range(2)]
+    prefixes, _ = CONTEXTS.get("answer")([it.question for it in rows], [it.answer for it in rows], ro.texts,
+                                         torch.zeros(16), 2, tok)
+    teacher = teacher_log_dist(tr.teacher, tok, ro, prefixes, [p for p in prompts for _ in range(2)])
+    m = ro.completion_mask.float()
+
+    def exact_kl() -> float:
+        with torch.no_grad():
+            s = completion_log_dist(tr.model, ro.input_ids, ro.attention_mask, ro.prompt_len)
+        return float(((s.exp() * (s - teacher)).sum(-1) * m).sum() / m.sum())
+
+    before = exact_kl()
+    history = tr.train()
+    assert exact_kl() < 0.5 * before
+    assert all(-1.0 <= h["grad_cos"] <= 1.0 for h in history) and all("distill_kl" in h for h in history)
+
+
+def test_collapse_stops_training_and_says_why(tiny):
+    _, tok = tiny
+    cfg = config_for("grpo", {"lr": 1e-3, "steps": 10, "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 2})
+    tr = GRPOTrainer(_model(tiny), tok, cfg, _Mix())
+
+    def poison(step, m):
+        if step == 2:
+            with torch.no_grad():
+                next(tr.model.parameters()).fill_(float("nan"))
+
+    history = tr.train(poison)
+    assert len(history) == 3 and history[-1]["collapsed"] == 1.0
+    assert tr.collapse and "non-finite" in tr.collapse
+    # a non-finite gradient is not applied: the weights stay finite and the clock names it
+    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    tr.cfg.steps = 4
+    hook = next(tr.model.parameters()).register_hook(lambda g: g * float("nan"))
+    history = tr.train()
+    hook.remove()
+    assert tr.collapse == "grad_norm is nan" and len(history) == 1
+    assert all(torch.isfinite(p).all() for p in tr.model.parameters())
+
+
+def test_sft_stage_trains_on_verified_answers_only(tiny):
+    _, tok = tiny
+
+    class Picky(_Digit):  # rejects the reference answer of odd sums: those must not be trained on
+        def score(self, item, text):
+            return float(text.strip() == item.answer and int(item.answer) % 2 == 0)
+
+    class PickyMix(_Mix):
+        def sample(self, n):
+            return [(Picky(), it) for _, it in super().sample(n)]
+
+    pairs, rejected = verified_pairs(PickyMix(), 50)
+    assert rejected > 0 and all(int(a) % 2 == 0 for _, a in pairs)
+    model = _model(tiny)
+    out = sft(model, tok, _Mix(), SFTConfig(steps=60, lr=3e-3, batch_size=16))
+    assert out["sft_samples"] == 960 and out["sft_loss"] < 0.4 * out["sft_loss_first"]
+    with pytest.raises(ValueError, match="steps >= 0"):
+        SFTConfig(steps=-1)

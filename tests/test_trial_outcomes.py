@@ -1,0 +1,54 @@
+"""Trial outcomes in a real (micro) search: a trial whose failure clock fires is recorded as
+collapsed with the samples it used, loses no other trial, and an SFT → RL recipe reports its stage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from sro.budget import Budget
+from sro.config import load_project
+from sro.search import run_search
+
+SPACE = """\
+version: 1
+designer: test
+fixed: {{algorithm: grpo, max_new_tokens: 4, {fixed}}}
+params:
+  lr: {{kind: float, low: 0.001, high: 0.003, log: true, why: small}}
+  group_size: {{kind: int, low: 4, high: 4, why: fixed}}
+  prompts_per_step: {{kind: int, low: 4, high: 6, why: small}}
+  steps: {{kind: int, low: 3, high: 4, why: short}}
+"""
+
+
+def _search(micro_project, tmp_path: Path, name: str, fixed: str):
+    runs = tmp_path / "runs"
+    (runs / name).mkdir(parents=True)
+    (runs / name / "space.yaml").write_text(SPACE.format(fixed=fixed))
+    project = load_project(micro_project(name))
+    return run_search(project, Budget.parse("2trials"), runs, "random", Console(quiet=True))
+
+
+@pytest.mark.slow
+def test_collapsed_trials_are_recorded_with_their_samples(micro_project, tmp_path):
+    # a gradient-norm ceiling no update can pass: the failure clock fires on the first step
+    summary = _search(micro_project, tmp_path, "collapse", "'collapse.max_grad_norm': 1.0e-12")
+    states = [t.state for t in summary.trials]
+    assert states == ["collapsed", "collapsed"]
+    for t in summary.trials:
+        assert "gradient norm exploded" in t.message and t.cost["samples"] > 0
+        # stopped at the first step with a gradient (a group without reward spread gives none)
+        assert t.curve[-1]["collapsed"] == 1.0 and all(c["grad_norm"] == 0 for c in t.curve[:-1])
+    assert summary.stop_reason  # the budget counted them: the search ended normally
+
+
+@pytest.mark.slow
+def test_sft_then_rl_recipe_reports_its_stage(micro_project, tmp_path):
+    summary = _search(micro_project, tmp_path, "sft", "'sft.steps': 3, 'sft.batch_size': 4")
+    done = [t for t in summary.trials if t.state == "complete"]
+    assert len(done) == 2
+    for t in done:
+        assert t.metrics["sft_steps"] == 3 and t.metrics["sft_samples"] == 12

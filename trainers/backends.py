@@ -1,0 +1,96 @@
+"""Rollout backends behind one interface: `generate(prompts, group_size, temperature, max_new_tokens)`
+returns `Rollouts`, and `sync(model)` hands the trainer's current weights to the sampler.
+
+- `hf`: transformers `generate` on the policy itself (CPU and GPU; sync is a no-op).
+- `vllm`: a vLLM engine in the same process (GPU only, optional extra `sro[vllm]`); weights are
+  pushed into it after every update, and its token ids are assembled into the same `Rollouts`
+  layout the losses read (`rollouts_from_ids`, tested on CPU against `hf`).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+
+import torch
+
+from evaluators.registry import Registry
+from trainers.rollout import Rollouts, generate
+
+ROLLOUT_BACKENDS: Registry = Registry("rollout backend")
+
+
+class BackendUnavailable(RuntimeError):
+    """The backend cannot run here (missing package or no GPU); the message says how to fix it."""
+
+
+@ROLLOUT_BACKENDS.register("hf")
+class HFBackend:
+    """transformers `generate` with the KV cache, on the training model itself."""
+
+    def __init__(self, model, tokenizer, **_: object) -> None:
+        self.model, self.tok = model, tokenizer
+
+    def generate(self, prompts: list[str], group_size: int, temperature: float, max_new_tokens: int) -> Rollouts:
+        return generate(self.model, self.tok, prompts, group_size, temperature, max_new_tokens)
+
+    def sync(self, model) -> None:
+        """Nothing to do: the sampler is the trained model."""
+
+
+def rollouts_from_ids(prompt_ids: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], tokenizer,
+                      group_size: int, device: torch.device | str = "cpu") -> Rollouts:
+    """Assemble `Rollouts` from token ids: `prompt_ids` per prompt, `completions` prompt-major
+    (group_size per prompt, each ending at <eos> or truncated). Prompts are left-padded, completions
+    right-padded; the completion mask covers tokens up to and including the first <eos>."""
+    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    L = max(len(p) for p in prompt_ids)
+    C = max(1, max(len(c) for c in completions))
+    ids, att, cmask, trunc = [], [], [], []
+    for i, comp in enumerate(completions):
+        p = list(prompt_ids[i // group_size])
+        comp = list(comp)
+        cut = comp.index(eos) + 1 if eos in comp else len(comp)
+        ids.append([pad] * (L - len(p)) + p + comp + [pad] * (C - len(comp)))
+        att.append([0] * (L - len(p)) + [1] * len(p) + [1] * cut + [0] * (C - cut))
+        cmask.append([1] * cut + [0] * (C - cut))
+        trunc.append(eos not in comp)
+    t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
+    input_ids, completion_mask = t(ids), t(cmask)
+    texts = tokenizer.batch_decode(input_ids[:, L:].masked_fill(completion_mask == 0, pad), skip_special_tokens=True)
+    return Rollouts(input_ids, t(att), completion_mask, t(trunc, torch.bool), L, texts)
+
+
+@ROLLOUT_BACKENDS.register("vllm")
+class VLLMBackend:
+    """A colocated vLLM engine (GPU only). The policy is saved once to start the engine; after that
+    its weights are loaded into the engine in place on every `sync`."""
+
+    def __init__(self, model, tokenizer, gpu_memory_utilization: float = 0.3, seed: int = 0, **_: object) -> None:
+        try:
+            import vllm
+        except ImportError:
+            raise BackendUnavailable("rollout backend 'vllm' needs the optional extra: pip install 'sro[vllm]' "
+                                     "(GPU only); or use rollout_backend: hf") from None
+        if not torch.cuda.is_available():
+            raise BackendUnavailable("rollout backend 'vllm' needs a CUDA GPU; use rollout_backend: hf on CPU")
+        self.tok = tokenizer
+        self._dir = tempfile.TemporaryDirectory(prefix="sro-vllm-")
+        model.save_pretrained(self._dir.name)
+        tokenizer.save_pretrained(self._dir.name)
+        self.llm = vllm.LLM(model=self._dir.name, dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization,
+                            seed=seed, distributed_executor_backend="external_launcher", enforce_eager=True)
+        self._vllm = vllm
+
+    def generate(self, prompts: list[str], group_size: int, temperature: float, max_new_tokens: int) -> Rollouts:
+        params = self._vllm.SamplingParams(n=group_size, temperature=temperature, top_p=1.0, top_k=-1,
+                                           max_tokens=max_new_tokens, stop_token_ids=[self.tok.eos_token_id])
+        prompt_ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
+        completions = [list(c.token_ids) for o in outs for c in o.outputs]
+        return rollouts_from_ids(prompt_ids, completions, self.tok, group_size, device="cuda")
+
+    def sync(self, model) -> None:
+        engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model
+        engine_model.load_weights((name, p.data) for name, p in model.named_parameters())
+        self.llm.reset_prefix_cache()

@@ -1,0 +1,95 @@
+"""The two clocks of a trial (ALGORITHMS.md §6).
+
+The progress clock: reward per sample, and a batch that may be scheduled (start small, switch to a
+larger batch at a set fraction of the trial) with the learning rate scaled as `lr₀·(N/N₀)^α`.
+
+The failure clock: `FailureClock` watches every step for NaN, an exploding gradient norm or |δ|,
+entropy collapse, and reward falling from its peak, and names the first that fires. A trainer stops
+when it fires and reports the samples it used; the search records the trial as collapsed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass
+class CollapseSettings:
+    """When the failure clock fires. Conservative defaults: a trial must be clearly broken."""
+
+    reward_drop: float = 0.5
+    """Fire when the smoothed reward stays below (1 − reward_drop)·peak for `patience` steps."""
+    min_peak: float = 0.2
+    """Reward falling from a peak below this is noise, not collapse."""
+    min_entropy: float = 1e-3
+    """Fire when the mean token entropy (nats) stays below this for `patience` steps while the
+    reward is below its peak (a policy that is certain and getting worse)."""
+    max_grad_norm: float = 1e4
+    """Fire on a pre-clip gradient norm above this."""
+    max_stale_kl: float = 5.0
+    """Fire when mean |log π_prox − log μ| exceeds this (the off-policy gap has exploded)."""
+    patience: int = 3
+    smoothing: float = 0.5
+    """Weight of the newest reward in the exponential moving average."""
+
+
+class FailureClock:
+    """Feed it each step's metrics; `observe` returns a reason string the step the trial collapses."""
+
+    def __init__(self, settings: CollapseSettings | None = None) -> None:
+        self.s = settings or CollapseSettings()
+        self.ema: float | None = None
+        self.peak = -math.inf
+        self.low_reward = 0
+        self.low_entropy = 0
+
+    def observe(self, m: dict[str, float]) -> str | None:
+        s = self.s
+        for k in ("loss", "grad_norm", "reward"):
+            if k in m and not math.isfinite(m[k]):
+                return f"{k} is {m[k]}"
+        if m.get("grad_norm", 0.0) > s.max_grad_norm:
+            return f"gradient norm exploded ({m['grad_norm']:.3g} > {s.max_grad_norm:g})"
+        if m.get("stale_kl", 0.0) > s.max_stale_kl:
+            return f"|log π_prox − log μ| exploded ({m['stale_kl']:.3g} > {s.max_stale_kl:g})"
+        r = float(m["reward"])
+        self.ema = r if self.ema is None else s.smoothing * r + (1 - s.smoothing) * self.ema
+        self.peak = max(self.peak, self.ema)
+        below_peak = self.ema < self.peak
+        fell = self.peak >= s.min_peak and self.ema < (1 - s.reward_drop) * self.peak
+        self.low_reward = self.low_reward + 1 if fell else 0
+        if self.low_reward >= s.patience:
+            return f"reward fell from its peak {self.peak:.3f} to {self.ema:.3f} (smoothed)"
+        ent = m.get("entropy")
+        self.low_entropy = self.low_entropy + 1 if ent is not None and ent < s.min_entropy and below_peak else 0
+        if self.low_entropy >= s.patience:
+            return f"entropy collapsed ({ent:.2g} nats/token) while the reward is below its peak"
+        return None
+
+
+@dataclass
+class BatchSchedule:
+    """Prompts per step as a function of the step, and the learning rate that goes with the batch."""
+
+    prompts_per_step: int
+    group_size: int
+    steps: int
+    switch_at: float = 1.0
+    """Fraction of the steps after which the batch grows (1.0: never)."""
+    multiplier: int = 1
+    """The larger batch is this many times the starting one."""
+    lr_alpha: float = 0.0
+    """α of lr = lr₀·(N/N₀)^α: 0 keeps lr, 0.5 is the square-root rule, 1 the linear rule."""
+    ref_batch: int | None = None
+    """N₀, in sequences; default: the starting batch P·G (so lr₀ is the lr of the first phase)."""
+
+    def prompts(self, step: int) -> int:
+        """Prompts for 1-based `step`."""
+        switched = self.multiplier > 1 and self.switch_at < 1.0 and step > math.floor(self.switch_at * self.steps)
+        return self.prompts_per_step * (self.multiplier if switched else 1)
+
+    def lr(self, lr0: float, step: int) -> float:
+        n = self.prompts(step) * self.group_size
+        n0 = self.ref_batch or self.prompts_per_step * self.group_size
+        return lr0 * (n / n0) ** self.lr_alpha

@@ -1,0 +1,345 @@
+"""Multi-turn rollouts and their trainer: G episodes per game played in lock-step, the policy's
+action tokens trainable and observation tokens masked, one episode-level reward, per-step records
+(state key, action, admissibility) kept for credit assignment — GRPO's broadcast or ProAS's shaping
+(`trainers.proas`) — and optionally the agent's stated confidence at each step, graded against the
+episode's outcome (ALGORITHMS.md §5).
+
+Each step is one sequence: prompt = the observation (with the last `history` turns before it, all
+masked), completion = the action the policy generated (trainable). The step's advantage covers its
+action tokens; the GRPO loss of §1 (registered policy losses and aggregations) follows.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question, parse_confidence
+from evaluators.envs import StepInfo, normalize_command
+from evaluators.textworld_env import EpisodeResult, episode_metrics, resolve_action
+from trainers.core import ADVANTAGES, AGGREGATIONS
+from trainers.grpo import OPTIMIZERS, GRPOConfig
+from trainers.losses import POLICY_LOSSES, LossInputs
+from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
+from trainers.prompts import format_prompt
+from trainers.rollout import completion_logprobs, generate
+
+CREDITS = ("grpo", "proas")
+
+
+@dataclass
+class MultiTurnConfig:
+    """A multi-turn trainer: GRPO's settings (`base`) plus how episodes are played and credited."""
+
+    base: GRPOConfig = field(default_factory=GRPOConfig)
+    """lr, steps, group_size (episodes per game), prompts_per_step (games per step), loss, ..."""
+    credit: str = "grpo"
+    """grpo: the episode's advantage on every step; proas: reference-graph shaping (§2)."""
+    proas: ProASConfig = field(default_factory=ProASConfig)
+    reward: str = "success"
+    """Episode reward: success (1 if won) or score (final score / max score)."""
+    history: int = 0
+    """Previous (observation, action) turns shown before the current observation (masked)."""
+    confidence: bool = False
+    """The agent states its probability of success (a digit 0-9) after each action."""
+    calib_weight: float = 0.0
+    """Weight of the calibration advantage −(c_t − y)², group-normalized, on the confidence tokens
+    only (0: confidence is stated but not trained)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.base, dict):
+            self.base = GRPOConfig(**self.base)
+        if isinstance(self.proas, dict):
+            self.proas = ProASConfig(**self.proas)
+        problems = []
+        if self.credit not in CREDITS:
+            problems.append(f"credit must be one of {CREDITS} (got {self.credit!r})")
+        if self.reward not in ("success", "score"):
+            problems.append(f"reward must be success or score (got {self.reward!r})")
+        if self.history < 0 or self.calib_weight < 0:
+            problems.append("history and calib_weight must be >= 0")
+        if problems:
+            raise ValueError("MultiTurnConfig: " + "; ".join(problems))
+
+
+@dataclass
+class Step:
+    """One decision: what the policy saw and did, and what the environment said about it."""
+
+    prompt: str
+    action_ids: list[int]
+    action: str
+    """The normalized command sent to the game."""
+    state_key: str
+    valid: bool
+    conf_prompt: str | None = None
+    conf_ids: list[int] | None = None
+    confidence: float | None = None
+
+
+@dataclass
+class Episode:
+    game: str
+    steps: list[Step] = field(default_factory=list)
+    result: EpisodeResult | None = None
+    obs: str = ""
+    info: StepInfo | None = None
+    turns: list[str] = field(default_factory=list)
+
+
+def _ids(ro, j: int) -> list[int]:
+    return ro.completion_ids[j][ro.completion_mask[j] == 1].tolist()
+
+
+@torch.no_grad()
+def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: bool, temperature: float = 1.0,
+                  max_new_tokens: int = 8, history: int = 0, confidence: bool = False,
+                  on_state: Callable[[StepInfo], None] | None = None) -> list[Episode]:
+    """Play one episode in each env in lock-step (one batched generate per turn).
+
+    An env that crashes (at reset or at a step) ends its episode as a failure with the reason logged
+    in `result.reason`; the step limit ends it as truncated (also a failure).
+    """
+    was_training = model.training
+    model.eval()
+    eps = [Episode(g) for g in games]
+    for ep, env in zip(eps, envs):
+        try:
+            ep.obs, info = env.reset()
+            ep.info = info["step"]
+            if on_state:
+                on_state(ep.info)
+        except Exception as e:
+            ep.result = EpisodeResult(False, 0.0, 0, 0, f"env error at reset: {type(e).__name__}: {e}")
+    active = [i for i, ep in enumerate(eps) if ep.result is None]
+    while active:
+        prompts = [format_prompt("\n".join(eps[i].turns[-2 * history:] + [eps[i].obs]) if history else eps[i].obs, tok)
+                   for i in active]
+        ro = generate(model, tok, prompts, 1, temperature, max_new_tokens, greedy=greedy)
+        conf_ro = None
+        if confidence:
+            cq = [format_prompt(confidence_question(eps[i].obs, normalize_command(ro.texts[j])), tok)
+                  for j, i in enumerate(active)]
+            conf_ro = generate(model, tok, cq, 1, temperature, 3, greedy=greedy)
+        still = []
+        for j, i in enumerate(active):
+            ep, env = eps[i], envs[i]
+            st = ep.info
+            cmd = resolve_action(ro.texts[j], st.admissible)
+            step = Step(prompts[j], _ids(ro, j), cmd, st.state_key, cmd in st.admissible)
+            if conf_ro is not None:
+                step.conf_prompt, step.conf_ids = cq[j], _ids(conf_ro, j)
+                step.confidence = parse_confidence(conf_ro.texts[j])
+            ep.steps.append(step)
+            n_invalid = sum(not s.valid for s in ep.steps)
+            try:
+                obs, _, term, trunc, info = env.step(ro.texts[j])
+            except Exception as e:
+                ep.result = EpisodeResult(False, st.score / max(st.max_score, 1e-9), len(ep.steps), n_invalid,
+                                          f"env error: {type(e).__name__}: {e}")
+                env.close()
+                continue
+            ep.turns += [ep.obs, f"> {cmd}"]
+            ep.obs, ep.info = obs, info["step"]
+            if on_state:
+                on_state(ep.info)
+            if term or trunc:
+                s = ep.info
+                reason = "won" if s.won else "lost" if s.lost else "step limit"
+                ep.result = EpisodeResult(s.won, s.score / max(s.max_score, 1e-9), len(ep.steps), n_invalid, reason)
+                env.close()
+            else:
+                still.append(i)
+        active = still
+    model.train(was_training)
+    return eps
+
+
+def evaluate_episodes(model, tok, task, n_games: int, max_new_tokens: int = 8, history: int = 0,
+                      confidence: bool = False) -> dict[str, float]:
+    """Greedy play of one episode on each of the task's first `n_games` games: success, score, steps,
+    invalid-action rate (and calibration when `confidence`)."""
+    envs = [task.make_env(g) for g in range(n_games)]
+    eps = play_episodes(model, tok, envs, [str(g) for g in range(n_games)], greedy=True,
+                        max_new_tokens=max_new_tokens, history=history, confidence=confidence)
+    out = episode_metrics([e.result for e in eps])
+    if confidence:
+        out.update(flat_calibration(eps))
+    return out
+
+
+def confidence_records(eps: Sequence[Episode]) -> list[ConfidenceRecord]:
+    return [ConfidenceRecord(i, t, s.confidence if s.confidence is not None else 0.5, bool(e.result.success))
+            for i, e in enumerate(eps) for t, s in enumerate(e.steps)]
+
+
+def flat_calibration(eps: Sequence[Episode], tau: float = 0.5) -> dict[str, float]:
+    rep = calibration_report(confidence_records(eps), tau)
+    out = {f"calib_{k}": float(v) for k, v in rep["pooled"].items() if k != "n"}
+    out.update({f"calib_first_{k}": float(v) for k, v in rep["first_step"].items() if k != "n"})
+    out.update({f"selective_{k}": float(v) for k, v in rep["selective"].items()})
+    return out
+
+
+def credit(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig,
+           graph: ReferenceGraph | None) -> list[list[float]]:
+    """Per-step advantages of each episode: GRPO's group advantage broadcast, or ProAS's shaping."""
+    adv = ADVANTAGES.get(cfg.base.scale_rewards)(rewards, cfg.base.group_size).tolist()
+    if cfg.credit == "grpo" or graph is None:
+        return [[a] * len(e.steps) for a, e in zip(adv, eps)]
+    validity = [[graph.validity((s.state_key, s.action)) for s in e.steps] for e in eps]
+    return step_advantages(adv, validity, cfg.proas)
+
+
+def calibration_advantages(eps: Sequence[Episode], group_size: int) -> list[list[float]]:
+    """−(c_t − y)² per confidence step, normalized over the steps of each group (§5)."""
+    out = []
+    for g0 in range(0, len(eps), group_size):
+        group = eps[g0 : g0 + group_size]
+        r = [[-((s.confidence if s.confidence is not None else 0.5) - float(e.result.success)) ** 2
+              - (0.25 if s.confidence is None else 0.0) for s in e.steps] for e in group]
+        flat = torch.tensor([x for row in r for x in row] or [0.0])
+        mu, sd = flat.mean().item(), (flat.std().item() if flat.numel() > 1 else 0.0)
+        out += [[(x - mu) / (sd + 1e-4) for x in row] for row in r]
+    return out
+
+
+def pack(tok, prompts: list[str], completions: list[list[int]], device) -> tuple[torch.Tensor, ...]:
+    """Left-padded prompts + right-padded completions: ids, attention mask (N, L+C), completion mask (N, C)."""
+    p_ids = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
+    L = max(map(len, p_ids))
+    C = max(1, max(map(len, completions)))
+    pad = tok.pad_token_id
+    ids = [[pad] * (L - len(p)) + p + c + [pad] * (C - len(c)) for p, c in zip(p_ids, completions)]
+    att = [[0] * (L - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c)) for p, c in zip(p_ids, completions)]
+    cm = [[1] * len(c) + [0] * (C - len(c)) for c in completions]
+    t = lambda x: torch.tensor(x, device=device)  # noqa: E731
+    return t(ids), t(att), t(cm).float(), L
+
+
+class MultiTurnTrainer:
+    """Trains `model` in place by playing groups of episodes on games from `tasks`."""
+
+    def __init__(self, model, tokenizer, config: MultiTurnConfig, tasks: Sequence) -> None:
+        if not tasks:
+            raise ValueError("the multi-turn trainer needs at least one environment source")
+        self.model, self.tok, self.cfg, self.tasks = model, tokenizer, config, list(tasks)
+        self.opt = OPTIMIZERS.get(config.base.optimizer)(model.parameters(), config.base)
+        self.graph = ReferenceGraph(config.proas, seed=config.base.seed) if config.credit == "proas" else None
+        self.rng = random.Random(config.base.seed)
+        self.samples = self.episodes = self.tokens = self.step_count = 0
+        self.failures: list[str] = []
+        """Reasons of episodes that ended in an environment error (logged, never fatal)."""
+        torch.manual_seed(config.base.seed)
+
+    def _observe(self, st: StepInfo) -> None:
+        if self.graph is not None and self.cfg.proas.graph_source in ("rules", "both"):
+            self.graph.observe_state(st.state_key, st.admissible, st.walkthrough)
+
+    def rollout(self) -> list[Episode]:
+        c = self.cfg.base
+        envs, games = [], []
+        for _ in range(c.prompts_per_step):
+            task = self.rng.choice(self.tasks)
+            g = self.rng.randrange(task.n_games)
+            for _ in range(c.group_size):
+                envs.append(task.make_env(g))
+                games.append(f"{task.spec.key}#{g}")
+        return play_episodes(self.model, self.tok, envs, games, greedy=False, temperature=c.temperature,
+                             max_new_tokens=c.max_new_tokens, history=self.cfg.history,
+                             confidence=self.cfg.confidence, on_state=self._observe)
+
+    def step(self) -> dict[str, float]:
+        cfg, c = self.cfg, self.cfg.base
+        self.step_count += 1
+        for g in self.opt.param_groups:
+            g["lr"] = c.lr * min(1.0, self.step_count / max(1, c.warmup_steps))
+        eps = self.rollout()
+        results = [e.result for e in eps]
+        self.failures += [r.reason for r in results if r.reason.startswith("env error")]
+        rewards = torch.tensor([float(r.success) if cfg.reward == "success" else r.score for r in results])
+        step_adv = credit(eps, rewards, cfg, self.graph)
+        if self.graph is not None:
+            self.graph.add_iteration([([(s.state_key, s.action) for s in e.steps], bool(e.result.success))
+                                      for e in eps])
+        prompts, comps, advs = [], [], []
+        for e, a in zip(eps, step_adv):
+            for s, x in zip(e.steps, a):
+                prompts.append(s.prompt)
+                comps.append(s.action_ids)
+                advs.append(x)
+        if cfg.confidence and cfg.calib_weight > 0:
+            for e, a in zip(eps, calibration_advantages(eps, c.group_size)):
+                for s, x in zip(e.steps, a):
+                    prompts.append(s.conf_prompt)
+                    comps.append(s.conf_ids)
+                    advs.append(cfg.calib_weight * x)
+        loss, gn = self._update(prompts, comps, advs)
+        self.samples += len(prompts)
+        self.episodes += len(eps)
+        m = episode_metrics(results)
+        m.update(loss=loss, grad_norm=gn, reward=float(rewards.mean()), episodes=float(self.episodes),
+                 samples=float(self.samples), tokens=float(self.tokens), env_errors=float(len(self.failures)))
+        if self.graph is not None:
+            m.update(self.graph.stats())
+            failed = [e for e in eps if not e.result.success]
+            m["deviations_per_failed"] = (sum(deviations([self.graph.validity((s.state_key, s.action))
+                                                          for s in e.steps], cfg.proas.theta_v) for e in failed)
+                                          / max(1, len(failed)))
+        if cfg.confidence:
+            m.update(flat_calibration(eps))
+        return m
+
+    def _update(self, prompts: list[str], comps: list[list[int]], advs: list[float]) -> tuple[float, float]:
+        c = self.cfg.base
+        dev = next(self.model.parameters()).device
+        ids, att, mask, L = pack(self.tok, prompts, comps, dev)
+        adv = torch.tensor(advs, device=dev).unsqueeze(-1).expand_as(mask)  # (N, C)
+        self.model.train()
+        logp, _ = completion_logprobs(self.model, ids, att, L)  # (N, C)
+        old = logp.detach()  # one pass over fresh rollouts: μ = π_prox = π_θ, r ≡ 1
+        tok_loss = POLICY_LOSSES.get(c.policy_loss)(LossInputs(logp, old, old, adv, mask),
+                                                   eps_low=c.eps_low, eps_high=c.eps_high, prox=c.prox)
+        loss = AGGREGATIONS.get(c.aggregation)(tok_loss, mask)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
+        self.opt.step()
+        self.model.eval()
+        self.tokens += int(att.sum())
+        return loss.item(), float(gn)
+
+    def train(self, on_step: Callable[[int, dict[str, float]], bool | None] | None = None) -> list[dict[str, float]]:
+        """Run `base.steps` iterations; `on_step(step, metrics)` returning True stops early."""
+        history = []
+        t0 = time.monotonic()
+        for s in range(1, self.cfg.base.steps + 1):
+            m = self.step()
+            m["step"] = s
+            m["wall_s"] = time.monotonic() - t0
+            history.append(m)
+            if on_step is not None and on_step(s, m):
+                break
+            if self.cfg.base.max_seconds is not None and m["wall_s"] >= self.cfg.base.max_seconds:
+                break
+        return history
+
+
+def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTurnConfig:
+    """The multi-turn trainer for a recipe: algorithm `proas` shapes credit with its `proas.*` knobs,
+    any other algorithm broadcasts GRPO credit; `mt.history`, `mt.confidence`, `mt.calib_weight` and
+    `mt.reward` set how episodes are played."""
+    proas = {k[len("proas."):]: v for k, v in values.items() if k.startswith("proas.")}
+    known = set(ProASConfig.__dataclass_fields__)
+    if set(proas) - known:
+        raise ValueError(f"unknown ProAS settings {sorted(set(proas) - known)}; known: {sorted(known)}")
+    mt = {k[len("mt."):]: v for k, v in values.items() if k.startswith("mt.")}
+    known_mt = {"history", "confidence", "calib_weight", "reward"}
+    if set(mt) - known_mt:
+        raise ValueError(f"unknown multi-turn settings {sorted(set(mt) - known_mt)}; known: {sorted(known_mt)}")
+    return MultiTurnConfig(base=base, credit="proas" if algorithm == "proas" else "grpo",
+                           proas=ProASConfig(**proas), **mt)

@@ -1,0 +1,195 @@
+"""Processing operators: item filters a recipe switches on with `proc.*` values, registered by name.
+
+- `difficulty`: keep items whose pass rate under the base model lies in
+  [`proc.difficulty_low`, `proc.difficulty_high`]. The pass rate of an item is estimated once per base
+  model by sampling k completions for each of the first items of every source (`estimate_pass_rates`);
+  an item whose question was not estimated is dropped, so the filter never lets an unknown through.
+  Items every sample solves or every sample fails give a GRPO group no signal (all advantages zero).
+- `dedup`: `proc.dedup: true` draws each normalized question at most once per pass over a source:
+  after `DEDUP_PATIENCE` consecutive repeats the source counts as exhausted and a new pass starts.
+- `length`: keep questions whose length in characters lies in [`proc.min_len`, `proc.max_len`].
+
+`item_filter(values, pass_rates)` combines the operators a recipe switches on into one predicate that
+`Mixture(keep=...)` applies to every item it draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evaluators.registry import Registry
+from evaluators.sources import Item, Task, normalize
+from trainers.algorithms import Knob
+
+Predicate = Callable[[Item], bool]
+PassRates = Mapping[str, float]
+"""Normalized question → the base model's estimated pass rate."""
+
+DEDUP_PATIENCE = 200
+PREFIX = "proc."
+
+
+@dataclass(frozen=True)
+class Operator:
+    """A named item filter: the recipe values it reads and how it builds its predicate."""
+
+    name: str
+    summary: str
+    knobs: tuple[Knob, ...]
+    build: Callable[[Mapping[str, Any], Callable[[], PassRates]], Predicate | None]
+    """(recipe values, lazy pass-rate table) → predicate, or None when the recipe leaves it off."""
+    needs_pass_rates: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "summary": self.summary, "needs_pass_rates": self.needs_pass_rates,
+                "knobs": [k.as_dict() for k in self.knobs]}
+
+
+OPERATORS: Registry[Operator] = Registry("processing operator")
+
+
+def _difficulty(values: Mapping[str, Any], pass_rates: Callable[[], PassRates]) -> Predicate | None:
+    if PREFIX + "difficulty_low" not in values and PREFIX + "difficulty_high" not in values:
+        return None
+    lo = float(values.get(PREFIX + "difficulty_low", 0.0))
+    hi = float(values.get(PREFIX + "difficulty_high", 1.0))
+    if lo > hi:
+        raise ValueError(f"proc.difficulty_low={lo} is above proc.difficulty_high={hi}; swap them")
+    table = pass_rates()
+
+    def keep(item: Item) -> bool:
+        rate = table.get(normalize(item.question))
+        return rate is not None and lo <= rate <= hi
+
+    return keep
+
+
+class _Dedup:
+    """Each normalized question once per pass; a run of DEDUP_PATIENCE repeats starts a new pass."""
+
+    def __init__(self) -> None:
+        self.seen: set[str] = set()
+        self.repeats = 0
+        self.passes = 1
+
+    def __call__(self, item: Item) -> bool:
+        q = normalize(item.question)
+        if q not in self.seen:
+            self.seen.add(q)
+            self.repeats = 0
+            return True
+        self.repeats += 1
+        if self.repeats >= DEDUP_PATIENCE:  # this stream has nothing new left: start a new pass
+            self.seen = {q}
+            self.repeats = 0
+            self.passes += 1
+            return True
+        return False
+
+
+def _dedup(values: Mapping[str, Any], pass_rates: Callable[[], PassRates]) -> Predicate | None:
+    return _Dedup() if values.get(PREFIX + "dedup") is True else None
+
+
+def _length(values: Mapping[str, Any], pass_rates: Callable[[], PassRates]) -> Predicate | None:
+    if PREFIX + "min_len" not in values and PREFIX + "max_len" not in values:
+        return None
+    lo = int(values.get(PREFIX + "min_len", 0))
+    hi = int(values.get(PREFIX + "max_len", 10**9))
+    if lo > hi:
+        raise ValueError(f"proc.min_len={lo} is above proc.max_len={hi}; swap them")
+    return lambda item: lo <= len(item.question.strip()) <= hi
+
+
+for op in (
+    Operator("difficulty", "keep items whose base-model pass rate (k samples each) lies in a band",
+             (Knob(PREFIX + "difficulty_low", "float", 0.0, 1.0, help="lowest pass rate kept"),
+              Knob(PREFIX + "difficulty_high", "float", 0.0, 1.0, help="highest pass rate kept")),
+             _difficulty, needs_pass_rates=True),
+    Operator("dedup", "draw each normalized question at most once per pass over a source",
+             (Knob(PREFIX + "dedup", "bool", help="deduplicate question text"),), _dedup),
+    Operator("length", "keep questions whose length in characters lies in a band",
+             (Knob(PREFIX + "min_len", "int", 0, 100_000, help="shortest question kept (characters)"),
+              Knob(PREFIX + "max_len", "int", 1, 100_000, help="longest question kept (characters)")),
+             _length),
+):
+    OPERATORS.add(op.name, op)
+
+
+def needs_pass_rates(values: Mapping[str, Any]) -> bool:
+    """True when the recipe switches on an operator that reads the pass-rate table."""
+    return any(OPERATORS.get(n).needs_pass_rates and any(k.name in values for k in OPERATORS.get(n).knobs)
+               for n in OPERATORS.names())
+
+
+def item_filter(values: Mapping[str, Any], pass_rates: Callable[[], PassRates] = dict) -> Predicate | None:
+    """One predicate for every operator the recipe switches on (None: keep everything).
+
+    Stateless filters run first so that `dedup` only counts items the others would keep.
+    """
+    preds = []
+    for name in ("difficulty", "length", *[n for n in OPERATORS.names() if n not in ("difficulty", "length")]):
+        pred = OPERATORS.get(name).build(values, pass_rates)
+        if pred is not None:
+            preds.append(pred)
+    if not preds:
+        return None
+    return lambda item: all(p(item) for p in preds)
+
+
+# --- the pass-rate table -------------------------------------------------------------------------
+
+def estimate_pass_rates(model, tokenizer, tasks: Sequence[Task], n_items: int = 256, k: int = 4,
+                        max_new_tokens: int = 8, temperature: float = 1.0, batch_size: int = 64) -> dict[str, float]:
+    """Sample `k` completions for each distinct question among the first `n_items` of every task and
+    return the fraction the task's verifier scores 1.0, keyed by normalized question."""
+    from trainers.prompts import format_prompt
+    from trainers.rollout import generate
+
+    was_training = model.training
+    model.eval()
+    rates: dict[str, float] = {}
+    for task in tasks:
+        todo: dict[str, Item] = {}
+        for it in task.items(n_items):
+            todo.setdefault(normalize(it.question), it)
+        todo = {q: it for q, it in todo.items() if q not in rates}
+        items = list(todo.values())
+        for i in range(0, len(items), batch_size):
+            chunk = items[i : i + batch_size]
+            prompts = [format_prompt(it.question, tokenizer) for it in chunk]
+            texts = generate(model, tokenizer, prompts, group_size=k, temperature=temperature,
+                             max_new_tokens=max_new_tokens).texts  # prompt-major: k per item
+            for j, it in enumerate(chunk):
+                solved = sum(task.score(it, t) >= 1.0 for t in texts[j * k : (j + 1) * k])
+                rates[normalize(it.question)] = solved / k
+    model.train(was_training)
+    return rates
+
+
+def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path, n_items: int = 256, k: int = 4,
+                    max_new_tokens: int = 8, device: str = "auto", seed: int = 0) -> dict[str, float]:
+    """`estimate_pass_rates` with the base model at `base_path`, cached as JSON under `cache_dir`."""
+    import torch
+
+    from trainers.models import load_policy
+
+    ident = json.dumps([base_path, [(t.spec.key, getattr(t, "seed", None)) for t in tasks], n_items, k,
+                        max_new_tokens, seed], sort_keys=True)
+    path = Path(cache_dir) / f"passrate-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
+    if path.is_file():
+        return {str(q): float(r) for q, r in json.loads(path.read_text()).items()}
+    model, tok = load_policy(base_path, device)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        rates = estimate_pass_rates(model, tok, tasks, n_items, k, max_new_tokens)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rates))
+    tmp.replace(path)
+    return rates

@@ -1,0 +1,94 @@
+"""Supervised fine-tuning as a recipe stage before RL (SFT → RL): next-token loss on verified
+solutions drawn from the same training mixture the RL stage uses.
+
+A solution is verified when the source's own verifier scores its reference answer as correct, so
+SFT never trains on an answer the reward would reject.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from trainers.mixture import Mixture
+from trainers.prompts import format_prompt
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 0
+    """Optimizer steps (0: no SFT stage)."""
+    lr: float = 1e-4
+    """AdamW learning rate (cosine decay to 0, 3 warm-up steps)."""
+    batch_size: int = 16
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.batch_size < 1 or not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"SFTConfig: steps >= 0, batch_size >= 1 and lr > 0 required (got {self})")
+
+
+def supervised_batch(tokenizer, pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, ...]:
+    """Right-padded (B, T) ids, mask and labels; the loss falls on the answer and its <eos> only."""
+    rows, labels = [], []
+    for q, a in pairs:
+        p = tokenizer(format_prompt(q, tokenizer), add_special_tokens=False)["input_ids"]
+        c = tokenizer(a, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        rows.append(p + c)
+        labels.append([-100] * len(p) + c)
+    width = max(map(len, rows))
+    pad = tokenizer.pad_token_id
+    ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+    lab = torch.tensor([r + [-100] * (width - len(r)) for r in labels])
+    mask = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+    return ids, mask, lab
+
+
+def verified_pairs(mixture: Mixture, n: int) -> tuple[list[tuple[str, str]], int]:
+    """Up to `n` (question, answer) pairs from the mixture whose answer passes the source's verifier;
+    also returns how many drawn items were rejected."""
+    pairs, rejected = [], 0
+    for task, item in mixture.sample(n):
+        if task.score(item, item.answer) >= 1.0:
+            pairs.append((item.question, item.answer))
+        else:
+            rejected += 1
+    return pairs, rejected
+
+
+def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
+        on_step: Callable[[int, float], None] | None = None) -> dict[str, float]:
+    """Run the SFT stage in place; returns its cost and final loss."""
+    if cfg.steps == 0:
+        return {"sft_steps": 0.0, "sft_samples": 0.0}
+    dev = next(model.parameters()).device
+    pairs, rejected = verified_pairs(mixture, cfg.steps * cfg.batch_size)
+    if not pairs:
+        raise ValueError("SFT stage: no source item has a reference answer its verifier accepts")
+    rng = random.Random(cfg.seed)
+    rng.shuffle(pairs)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    first = None
+    for step in range(cfg.steps):
+        warm = min(1.0, (step + 1) / 3)
+        for g in opt.param_groups:
+            g["lr"] = cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+        chunk = [pairs[(step * cfg.batch_size + i) % len(pairs)] for i in range(cfg.batch_size)]
+        ids, mask, lab = (t.to(dev) for t in supervised_batch(tokenizer, chunk))
+        loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        first = float(loss) if first is None else first
+        if on_step:
+            on_step(step + 1, float(loss))
+    model.eval()
+    return {"sft_steps": float(cfg.steps), "sft_samples": float(cfg.steps * cfg.batch_size),
+            "sft_rejected": float(rejected), "sft_loss_first": first, "sft_loss": float(loss)}
