@@ -5,8 +5,8 @@ the gymnasium-style `TextEnv` of `evaluators.envs`.
 A `TextWorldTask` is a source like any other: training games come from training seeds and held-out
 games from held-out seeds (`derive_seed`), so a benchmark game is never a training game. Its `item`s
 are single steps — (compact observation, the walkthrough's next command, or a random admissible one)
-— which is what the embedded model pre-trains on; the multi-turn trainer plays whole episodes
-(`TextWorldTask.make_env`). Metrics: success, score, steps, invalid-action rate.
+from sibling games with the same settings — which is what the embedded model pre-trains on; the
+multi-turn trainer plays whole episodes on the source's own games (`TextWorldTask.make_env`). Metrics: success, score, steps, invalid-action rate.
 """
 
 from __future__ import annotations
@@ -285,15 +285,19 @@ class TextWorldTask(Task):
         return TextWorldEnv(self.game_path(g), self.env_settings, game_id=f"{self.spec.target}-{self.seed + g % self.n_games}")
 
     def _pool(self, g: int) -> list[dict[str, Any]]:
-        """Single-step items of game g from random walks (cached beside the game)."""
+        """Single-step items from random walks in the g-th *sibling* game (seed seed + games + g: the
+        same settings, not a game episodes are played on — a base model pre-trained on the played
+        games' own walkthroughs wins them all, and RL then gets no gradient). Cached beside the game."""
         if g in self._pools:
             return self._pools[g]
-        path = self.game_path(g).with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}.json")
+        sibling = self.seed + self.n_games + g
+        game = ensure_game(self.spec.target, self.settings, sibling, self.cache_dir)
+        path = game.with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}.json")
         if path.is_file():
             self._pools[g] = json.loads(path.read_text())
             return self._pools[g]
-        rng = random.Random(f"items-{self.seed + g}")
-        env = self.make_env(g)
+        rng = random.Random(f"items-{sibling}")
+        env = TextWorldEnv(game, self.env_settings, game_id=f"{self.spec.target}-{sibling}")
         pool = []
         try:
             for _ in range(ITEMS_PER_GAME):

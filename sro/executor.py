@@ -3,6 +3,7 @@ trial's share of the budget, and scores the result on every held-out benchmark o
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -152,6 +153,26 @@ def source_weights(recipe: Recipe, tasks: dict[str, list[Task]]) -> dict[str, li
     return out
 
 
+def _step_callback(curve: list[dict[str, float]], model, tok,
+                   on_step: Callable[[int, dict[str, float]], None] | None,
+                   on_checkpoint: Callable[[int, object, object], None] | None,
+                   check_finite: bool = False) -> Callable[[int, dict[str, float]], bool]:
+    """The trainer's per-step callback: record the curve, then the caller's `on_step` and `on_checkpoint`.
+    `check_finite` fails the trial on a non-finite loss (for trainers without a failure clock)."""
+
+    def step_cb(step: int, m: dict[str, float]) -> bool:
+        curve.append({k: round(float(v), 5) for k, v in m.items()})
+        if check_finite and not all(math.isfinite(float(m[k])) for k in ("loss", "grad_norm")):
+            raise TrialFailed(f"training diverged at step {step} (loss={m['loss']}, grad_norm={m['grad_norm']})")
+        if on_step:
+            on_step(step, m)
+        if on_checkpoint:
+            on_checkpoint(step, model, tok)
+        return False
+
+    return step_cb
+
+
 def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = None,
               on_step: Callable[[int, dict[str, float]], None] | None = None,
               on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
@@ -179,16 +200,7 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
         raise TrialFailed(f"recipe {recipe.key}: SFT stage: {e}") from None
     trainer = GRPOTrainer(model, tok, cfg, mixture)
     curve: list[dict[str, float]] = []
-
-    def step_cb(step: int, m: dict[str, float]) -> bool:
-        curve.append({k: round(float(v), 5) for k, v in m.items()})
-        if on_step:
-            on_step(step, m)
-        if on_checkpoint:
-            on_checkpoint(step, model, tok)
-        return False
-
-    trainer.train(step_cb)
+    trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
     train_s = time.monotonic() - t0
     on_gpu = next(model.parameters()).device.type == "cuda"
 
@@ -225,18 +237,7 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
         raise TrialFailed(f"recipe {recipe.key} is not a valid multi-turn config: {e}") from None
     trainer = MultiTurnTrainer(model, tok, mcfg, tasks)
     curve: list[dict[str, float]] = []
-
-    def step_cb(step: int, m: dict[str, float]) -> bool:
-        curve.append({k: round(float(v), 5) for k, v in m.items()})
-        if not bool(torch.isfinite(torch.tensor([m["loss"], m["grad_norm"]])).all()):
-            raise TrialFailed(f"training diverged at step {step} (loss={m['loss']}, grad_norm={m['grad_norm']})")
-        if on_step:
-            on_step(step, m)
-        if on_checkpoint:
-            on_checkpoint(step, model, tok)
-        return False
-
-    trainer.train(step_cb)
+    trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint, check_finite=True))
     train_s = time.monotonic() - t0
     scores = ctx.score(model, tok)
     wall = time.monotonic() - t0

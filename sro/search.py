@@ -59,6 +59,17 @@ def load_space(project: ProjectConfig, run_dir: Path, console: Console, ctx: Sea
     return space
 
 
+def make_proposer(optimizer: str, space: RecipeSpace, project: ProjectConfig, run_dir: Path):
+    """The named proposer over `space`; with an LLM designer endpoint, the BoTorch proposer also
+    scores the endpoint's suggested recipes among its candidates (audited under designer/)."""
+    kwargs = {}
+    if optimizer == "botorch" and project.designer.kind == "llm":
+        from sro.designer.candidates import llm_candidates
+
+        kwargs["extra"] = llm_candidates(project, space, run_dir / "designer")
+    return PROPOSERS.get(optimizer)(space, seed=project.seed, objectives=project.objective_directions(), **kwargs)
+
+
 def _fmt_scores(scores: dict[str, float]) -> str:
     return "  ".join(f"{k}={v:.3f}" for k, v in scores.items())
 
@@ -106,7 +117,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     ledger.put("setup_wall_s", float(ledger.get("setup_wall_s", 0.0)) + time.monotonic() - t0)
     console.print(f"base model held-out: {_fmt_scores(base)}")
     space = load_space(project, run_dir, console, ctx, budget)
-    proposer = PROPOSERS.get(optimizer)(space, seed=project.seed, objectives=project.objective_directions())
+    proposer = make_proposer(optimizer, space, project, run_dir)
 
     objectives = project.objective_directions()
     pc = project.pruning
@@ -183,8 +194,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print)
             if redesigned is not None:
                 space = redesigned
-                proposer = PROPOSERS.get(optimizer)(space, seed=project.seed,
-                                                    objectives=project.objective_directions())
+                proposer = make_proposer(optimizer, space, project, run_dir)
 
     records = ledger.records()
     summary = SearchSummary(run_dir, base, records, reason or "")

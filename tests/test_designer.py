@@ -365,3 +365,31 @@ def test_redesign_is_due_when_the_hypervolume_stalls():
     project = ProjectConfig.model_validate(data)
     assert "has not grown for 3 trials" in due(project, flat, 0)
     assert due(project, flat, 4) is None  # fewer than 3 trials since the last design
+
+
+# --- LLM-proposed candidates for the optimizer ---------------------------------------------------
+
+def test_llm_candidates_reach_the_botorch_pool_validated_and_new(llm, tmp_path):
+    from sro.designer.candidates import llm_candidates
+    from sro.ledger import TrialRecord
+    from sro.optimizer.botorch_proposer import BoTorchProposer
+    from sro.search import make_proposer
+
+    project = _llm_project(llm.url)
+    space = _space()
+    ran = {"lr": 1e-4, "steps": 20, "temperature": 1.0}
+    history = [TrialRecord(0, "complete", Recipe(ran, dict(space.fixed)), {"arithmetic/add": 0.5},
+                           {"wall_s": 10.0})]
+    good = {"lr": 3e-4, "steps": 30, "temperature": 0.8}
+    llm.script = [json.dumps({"recipes": [good, {"lr": 5.0, "steps": 30, "temperature": 0.8}, ran]}), "not json"]
+    prop = BoTorchProposer(space, seed=0, objectives=[("arithmetic/add", "max"), ("cost", "min")],
+                           extra=llm_candidates(project, space, tmp_path / "designer"))
+    with pytest.warns(UserWarning, match="extra candidate 1 skipped"):
+        got = prop._extra(history, {r.recipe.key for r in history})
+    assert got == [good]  # out of range dropped, already-run dropped
+    assert "Trials so far" in llm.requests[0]["body"]["messages"][1]["content"]
+    with pytest.warns(UserWarning, match="extra candidate source failed"):
+        assert prop._extra(history, set()) == []  # a bad answer never stops the search
+    _no_key_under(tmp_path)
+    assert make_proposer("botorch", space, project, tmp_path).extra is not None
+    assert make_proposer("botorch", space, _math_project(), tmp_path).extra is None

@@ -186,17 +186,6 @@ def test_reference_point_sits_below_the_data() -> None:
     assert reference_point(torch.tensor([[5.0], [5.0]])).tolist() == pytest.approx([4.5])
 
 
-def test_acquisition_reference_resists_degenerate_extremes() -> None:
-    from sro.optimizer.botorch_proposer import acquisition_reference
-
-    # trials 0-3 are the start; (0, -1.7) and (-1.6, 0) are perfect on one objective, useless on the other
-    Y = torch.tensor([[0.0, -1.7], [-1.6, 0.0], [-0.5, -0.6], [-1.0, -1.2], [-1.9, 0.0]], dtype=torch.float64)
-    # front nadir less 10% of its range: (-1.6 - 0.16, -1.7 - 0.17); start medians (lower middle): (-1.0, -1.2)
-    assert acquisition_reference(Y, 4).tolist() == pytest.approx([-1.0, -1.2])
-    good = torch.tensor([[0.0, 0.0], [1.0, 1.0], [2.0, 0.5]], dtype=torch.float64)  # a front above the start
-    assert acquisition_reference(good, 1).tolist() == pytest.approx([0.9, 0.45])  # nadir (1, .5) - 10% range
-
-
 # --- Optuna ----------------------------------------------------------------------------------------
 class _SROSamplerFixture:
     """Optuna's suites ask each sampler for a `sampler` fixture: a factory of fresh samplers."""

@@ -86,7 +86,7 @@ def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
-        first = float(loss) if first is None else first
+        first = loss.item() if first is None else first
         if on_step:
             on_step(step + 1, float(loss))
     model.eval()

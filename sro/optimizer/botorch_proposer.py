@@ -12,8 +12,8 @@
 5) pick `n` of them greedily by qLogNEHVI (Ament et al. 2023, "Unexpected Improvements to Expected
    Improvement for Bayesian Optimization", arXiv 2310.20708; the noisy hypervolume criterion of
    Daulton et al. 2021, arXiv 2105.08195), the earlier picks passed as `X_pending`, the reference
-   point inferred from the data (`acquisition_reference`). With a single objective the same role is
-   played by qLogNEI from the same paper.
+   point inferred from the data (`hypervolume.reference_point`: 10% of each objective's observed range
+   below its worst value). With a single objective the same role is played by qLogNEI.
 
 The acquisition is only evaluated on the screened pool, in chunks and without gradients: recipes are
 mixed discrete/continuous, and scoring decoded candidates is both faster and safer than optimizing a
@@ -40,7 +40,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from sro.ledger import TrialRecord
 from sro.optimizer.encoding import RecipeEncoder, sobol_pool
-from botorch.utils.multi_objective.hypervolume import infer_reference_point
+from sro.optimizer.hypervolume import reference_point
 from sro.proposers import PROPOSERS, sobol_recipes
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
@@ -108,7 +108,6 @@ class BoTorchProposer:
         self.shortlist = shortlist
         self.threads = threads
         self._warm: dict[str, Any] | None = None  # last fit's hyperparameters
-        self._n_start = 4  # trials of the space-filling start (set by `propose`)
         self.encoder = RecipeEncoder(space)
         self._names = {p.name for p in space.params} | {m for s in space.simplexes for m in s.members}
 
@@ -120,7 +119,6 @@ class BoTorchProposer:
         objectives = self.objectives or self._default_objectives(history)
         done, Y = self._targets(history, objectives)
         n_init = self.n_init if self.n_init is not None else max(4, 2 * len(objectives))
-        self._n_start = max(n_init, 2)
         seen = {r.recipe.key for r in history}
         if len(done) < max(n_init, 2):
             return self._sobol(len(history), n, seen)
@@ -290,8 +288,7 @@ class BoTorchProposer:
         if Y.shape[1] == 1:
             return qLogNoisyExpectedImprovement(model, X_baseline=base, sampler=sampler, X_pending=X_pending,
                                                 prune_baseline=False)
-        return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=acquisition_reference(Y, self._n_start),
-                                                       X_baseline=base,
+        return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=reference_point(Y), X_baseline=base,
                                                        sampler=sampler, X_pending=X_pending,
                                                        prune_baseline=False, max_iep=max_pending)
 
@@ -321,21 +318,6 @@ class BoTorchProposer:
         """Acquisition value of each candidate alone (q = 1): (P, D) → (P,), in chunks."""
         return torch.cat([acqf(X_pool[i : i + self.chunk].unsqueeze(1))  # (chunk, 1, D) → (chunk,)
                           for i in range(0, len(X_pool), self.chunk)])
-
-
-def acquisition_reference(Y: torch.Tensor, n_start: int) -> torch.Tensor:
-    """The acquisition's reference point from observed Y (N, m) in trial order, maximization frame: per
-    objective, the tighter of (a) the nadir of the observed Pareto front less 10% of the front's range
-    (BoTorch's `infer_reference_point`; Ishibuchi et al. 2011) and (b) the median outcome of the first
-    `n_start` trials (the space-filling start: what a typical recipe of the space achieves).
-
-    The hypervolume only rewards trade-offs that beat the reference point on every objective. (a) alone
-    fails on degenerate fronts: a recipe that is perfect on one objective and useless on the others is
-    Pareto-optimal and drags the nadir down, and the search then keeps rewarding such extremes. (b)
-    asks a candidate to beat a typical recipe on every objective; it is taken from the start only, as
-    a median over the search's own picks would follow wherever the search went.
-    """
-    return torch.maximum(infer_reference_point(Y[is_non_dominated(Y)]), Y[:n_start].median(dim=0).values)
 
 
 @contextmanager
