@@ -88,7 +88,7 @@ DISTILL = (
 DYNAMIC = (Knob("dynamic_sampling", "bool", help="drop groups with equal rewards and resample (DAPO)"),)
 PROX = tuple(
     Knob(f"prox.{n}", kind, lo, hi, log, None, h) for n, kind, lo, hi, log, h in (
-        ("beta_p", "float", 0.0, 2.0, False, "weight of the bounded future-KL credit"),
+        ("beta_p", "float", 0.0, 4.0, False, "weight of the bounded future-KL credit"),
         ("horizon", "int", 0, 16, False, "future-KL horizon in tokens (0: whole tail)"),
         ("gamma", "float", 0.5, 1.0, False, "discount inside the horizon"),
         ("bound", "float", 0.1, 5.0, True, "clip of the future-KL credit"),

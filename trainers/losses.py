@@ -38,11 +38,12 @@ class LossInputs:
 class ProxKLSettings:
     """Knobs of the Proximal KL loss (ALGORITHMS.md §3)."""
 
-    beta_p: float = 1.0
-    """β_p: weight of the future-KL credit subtracted from the advantage. With β_p·B at least the
+    beta_p: float = 2.0
+    """β_p: weight of the future-KL credit subtracted from the advantage. With β_p·B well above the
     typical |Â| (≈1 after group normalization), the credit can cancel the advantage of tokens that
     already moved away from π_prox: a soft trust region. At β_p = 0.1 it could not, and under reuse 4
-    × staleness 2 at lr 1e-3 the loss collapsed like plain policy gradient (docs/benchmarks.md)."""
+    × staleness 2 at lr 1e-3 the training reward collapsed like plain policy gradient's; β_p = 1 still
+    let it fall from its peak (docs/benchmarks.md, bench/offpolicy.py)."""
     horizon: int = 4
     """H: tokens of future KL credited to each token (0 means the whole tail)."""
     gamma: float = 1.0
@@ -51,8 +52,9 @@ class ProxKLSettings:
     """B: the future-KL credit is clipped to [−B, B]."""
     c_is: float = 2.0
     """C_is: cap on the staleness weight π_prox/μ."""
-    c_mask: float = 10.0
-    """C_mask: tokens whose staleness ratio exceeds this get weight 0."""
+    c_mask: float = 3.0
+    """C_mask: tokens whose staleness ratio exceeds this get weight 0 (the sample says little about
+    π_prox there)."""
     c_prox: float = 1.0
     """C_prox: cap on ρ_t = exp(sg(δ_t)); 1 never up-weights a token whose probability already rose."""
     mode: str = "snapshot"
