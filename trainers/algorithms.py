@@ -164,13 +164,19 @@ def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
     cfg.update(algo.fixed)
     cfg.update(runtime)
     for prefix, cls in NESTED.items():
-        known = {f.name for f in fields(cls)}
-        unknown = set(nested[prefix]) - known
-        if unknown:
-            raise ValueError(f"unknown {cls.__name__} fields {sorted(f'{prefix}.{u}' for u in unknown)}; "
-                             f"known: {sorted(known)}")
-        cfg[prefix] = cls(**nested[prefix])
+        cfg[prefix] = _settings(cls, prefix, nested[prefix])
     return GRPOConfig(**cfg)
+
+
+def _settings(cls: type, prefix: str, got: dict[str, Any], **runtime: Any) -> Any:
+    """`cls(**got, **runtime)` for the recipe keys `<prefix>.<field>` in `got` (prefix stripped);
+    a ValueError naming the unknown ones and the known fields otherwise."""
+    known = {f.name for f in fields(cls)}
+    unknown = set(got) - known
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} fields {sorted(f'{prefix}.{u}' for u in unknown)}; "
+                         f"known: {sorted(known)}")
+    return cls(**got, **runtime)
 
 
 def catalog() -> list[dict[str, Any]]:
@@ -201,12 +207,8 @@ STAGES.add("sft", Stage("sft", "supervised fine-tuning on verified solutions fro
 
 def sft_config_for(values: dict[str, Any], **runtime: Any) -> SFTConfig:
     """The recipe's SFT stage (steps 0 when the recipe has none)."""
-    known = {f.name for f in fields(SFTConfig)}
     got = {k[len("sft."):]: v for k, v in values.items() if k.startswith("sft.")}
-    unknown = set(got) - known
-    if unknown:
-        raise ValueError(f"unknown SFTConfig fields {sorted(f'sft.{u}' for u in unknown)}; known: {sorted(known)}")
-    return SFTConfig(**got, **runtime)
+    return _settings(SFTConfig, "sft", got, **runtime)
 
 
 def stages() -> list[dict[str, Any]]:
