@@ -156,7 +156,7 @@ class _RandomPick(BoTorchProposer):
     """The same GP-free candidate pool, but picks at random: isolates what the acquisition adds."""
 
     def _select(self, model: object, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
-                n: int) -> list[int]:
+                cands: list, known: set, n: int) -> list[int]:
         return torch.randperm(len(X_pool), generator=torch.Generator().manual_seed(len(X)))[:n].tolist()
 
 
@@ -262,6 +262,42 @@ def test_prescreen_keeps_the_optimistic_front_and_extra_candidates() -> None:
     assert kept_counts.min() == 0 and kept_counts.max() <= count[~kept].min()
 
 
+class _PeakAt(torch.nn.Module):
+    """A stand-in acquisition: −Σ (x_c − t_c)² over chosen columns c, on (b, q, D) → (b,)."""
+
+    def __init__(self, target: dict[int, float]) -> None:
+        super().__init__()
+        self.target = target
+
+    def forward(self, X: torch.Tensor) -> torch.Tensor:
+        return -sum((X[..., c] - t) ** 2 for c, t in self.target.items()).sum(-1)
+
+
+def test_refinement_moves_only_active_numbers_towards_the_acquisition_optimum() -> None:
+    space = full_space()
+    p = BoTorchProposer(space, seed=0, refine=2)
+    enc = p.encoder
+    col = {b.name: b.start for b in enc.blocks}
+    starts = [{"algorithm": "proas", "lr": 1e-4, "steps": 150, "group": 8, "lora": True, "proas.lambda": 0.9,
+               "proas.mode": "b", "mix.arith": 0.2, "mix.agent": 0.5, "mix.code": 0.3},
+              {"algorithm": "sft", "lr": 1e-6, "steps": 10, "group": 2, "lora": False,
+               "mix.arith": 1.0, "mix.agent": 0.0, "mix.code": 0.0}]
+    # optimum: steps and proas.lambda at 0.25 of their range; also "wants" the first one-hot column of
+    # `algorithm` and the first mixture weight at 1 (gradient steps must not move those)
+    acqf = _PeakAt({col["steps"]: 0.25, col["proas.lambda"]: 0.25, col["algorithm"]: 1.0, col["mix"]: 1.0})
+    known: set[str] = set()
+    out = p._refine(acqf, enc.encode_many(starts), known)
+    assert len(out) == 2 and len(known) == 2
+    proas, sft = out
+    steps = next(q for q in space.params if q.name == "steps").from_unit(0.25)
+    assert proas["steps"] == steps and proas["proas.lambda"] == pytest.approx(0.25, abs=1e-3)
+    assert sft["steps"] == steps and "proas.lambda" not in sft  # inactive stays inactive
+    for before, after in zip(starts, out):  # categoricals, bools, the mixture and untouched numbers held
+        for k in ("algorithm", "lora", "proas.mode", "mix.arith", "mix.agent", "mix.code", "lr", "group"):
+            assert after.get(k) == pytest.approx(before.get(k)) if k in before else k not in after
+    assert p._refine(acqf, enc.encode_many(starts), known) == []  # the same optima again: nothing new
+
+
 def test_extra_candidate_source_is_validated_deduplicated_and_used() -> None:
     space = toy_space()
     history = run(SobolProposer(space, seed=1), 8, batch=8)
@@ -281,7 +317,7 @@ def test_extra_candidate_source_is_validated_deduplicated_and_used() -> None:
     # it reaches the acquisition (first row, kept by the pre-screen), which judges it like any candidate
     scored: list[torch.Tensor] = []
     select = p._select
-    p._select = lambda model, X, Y, X_pool, n: scored.append(X_pool) or select(model, X, Y, X_pool, n)
+    p._select = lambda model, X, Y, X_pool, *rest: scored.append(X_pool) or select(model, X, Y, X_pool, *rest)
     with pytest.warns(UserWarning):
         out = p.propose(history, 2)
     assert calls == [8, 8] and torch.equal(scored[0][0], p.encoder.encode(good))  # once per call above

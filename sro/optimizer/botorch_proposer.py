@@ -9,15 +9,22 @@
    minus every recipe already in the study,
 4) pre-screen the pool to its `screen` most promising candidates — those that the fewest others
    dominate under the optimistic posterior (mean + std per objective; no sampling),
-5) pick `n` of them greedily by qLogNEHVI (Ament et al. 2023, "Unexpected Improvements to Expected
+5) refine the best of them, and the Pareto-optimal recipes, by gradient ascent of the acquisition on
+   their active numeric columns (L-BFGS-B; categoricals and mixture weights held: SLSQP on the
+   weights' simplex was measured worse, bench/optimizer.py recipe problem median HV 0.35 against
+   0.42; the local search from Pareto points that continuous BO does, e.g. Optuna's GPSampler) and
+   add the decoded results,
+6) pick `n` of them greedily by qLogNEHVI (Ament et al. 2023, "Unexpected Improvements to Expected
    Improvement for Bayesian Optimization", arXiv 2310.20708; the noisy hypervolume criterion of
    Daulton et al. 2021, arXiv 2105.08195), the earlier picks passed as `X_pending`, the reference
    point inferred from the data (`hypervolume.reference_point`: 10% of each objective's observed range
    below its worst value). With a single objective the same role is played by qLogNEI.
 
-The acquisition is only evaluated on the screened pool, in chunks and without gradients: recipes are
-mixed discrete/continuous, and scoring decoded candidates is both faster and safer than optimizing a
-relaxation and rounding it. Batch picks after the first keep the baseline's box decompositions and
+The acquisition is only evaluated on decoded recipes: the screened pool in chunks without gradients,
+and the refined points after decoding (an int is rounded, an inactive parameter dropped), so it never
+ranks a relaxation that is not a recipe. Gradients only move the active floats and ints, where a
+recipe is a point of a continuous space; the pool's Sobol points, moves and crossovers search the
+discrete choices. Batch picks after the first keep the baseline's box decompositions and
 score each candidate jointly with the pending picks (`max_iep`), instead of re-partitioning per pick.
 """
 
@@ -33,6 +40,7 @@ import torch
 from botorch.acquisition.logei import qLogNoisyExpectedImprovement
 from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolumeImprovement
 from botorch.fit import fit_gpytorch_mll
+from botorch.generation.gen import gen_candidates_scipy
 from botorch.models import SingleTaskGP
 from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.utils.multi_objective.pareto import is_non_dominated
@@ -78,6 +86,9 @@ class BoTorchProposer:
             is small, every ~10 trials at 100); in between, the GP is conditioned on the new data with
             the last fit's hyperparameters.
         shortlist: candidates re-scored for the 2nd … nth pick of a batch.
+        refine: start points of the gradient refinement: the `refine` best screened candidates by
+            acquisition value plus up to `refine` Pareto-optimal recipes. 0 switches it off.
+        refine_iters: L-BFGS-B iterations of the refinement (all start points in one problem).
         threads: torch intra-op threads while proposing (restored after); None keeps torch's setting.
             The matrices are small, so extra threads mostly wait on each other: on a 2-core machine
             shared with a training job, 2 threads made one proposal ~7× slower than 1.
@@ -90,7 +101,8 @@ class BoTorchProposer:
     def __init__(self, space: RecipeSpace, seed: int = 0, objectives: list[Objective] | None = None,
                  n_init: int | None = None, pool_size: int = 2000, screen: int = 256, mc_samples: int = 32,
                  chunk: int = 256, fit_iters: int = 60, refit_growth: float = 0.1, shortlist: int = 64,
-                 threads: int | None = 1, extra: ExtraSource | None = None) -> None:
+                 refine: int = 4, refine_iters: int = 30, threads: int | None = 1,
+                 extra: ExtraSource | None = None) -> None:
         for key, d in objectives or []:
             if d not in ("max", "min"):
                 raise ValueError(f"objective {key!r}: direction must be 'max' or 'min', got {d!r}")
@@ -106,6 +118,8 @@ class BoTorchProposer:
         self.fit_iters = fit_iters
         self.refit_growth = refit_growth
         self.shortlist = shortlist
+        self.refine = refine
+        self.refine_iters = refine_iters
         self.threads = threads
         self._warm: dict[str, Any] | None = None  # last fit's hyperparameters
         self.encoder = RecipeEncoder(space)
@@ -132,8 +146,10 @@ class BoTorchProposer:
             model = self._fit(X, Y)
             X_pool = self.encoder.encode_many(pool)  # (P, D), canonical encodings of decoded recipes
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
-            picks = self._select(model, X, Y, X_pool[keep], min(n, len(keep)))
-        out = [Recipe(pool[int(keep[i])], dict(self.space.fixed)) for i in picks]
+            cands = [pool[int(i)] for i in keep]
+            known = seen | {Recipe(v, dict(self.space.fixed)).key for v in pool}
+            picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)))
+        out = [Recipe(cands[i], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
             out += self._sobol(len(history), n - len(out), seen | {r.key for r in out})
         return out
@@ -293,8 +309,10 @@ class BoTorchProposer:
                                                        prune_baseline=False, max_iep=max_pending)
 
     def _select(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
-                n: int) -> list[int]:
-        """Greedy batch: n rows of X_pool (P, D), each maximizing the acquisition given the earlier ones.
+                cands: list[dict[str, Any]], known: set[str], n: int) -> list[int]:
+        """Greedy batch: n indices into `cands` (values dicts; X_pool (P, D) their encodings), each
+        maximizing the acquisition given the earlier ones. The refined recipes (`_refine`) are appended
+        to `cands` first, so an index may point past the original pool.
 
         Pending points only lower a candidate's hypervolume improvement, so after the first pass over
         the whole pool the later picks re-score only its `shortlist` best candidates.
@@ -302,6 +320,19 @@ class BoTorchProposer:
         with torch.no_grad():
             acqf = self._acquisition(model, X, Y, None, max_pending=n - 1)
             vals = self._score(acqf, X_pool)  # (P,)
+        starts = [X_pool[vals.argsort(descending=True)[: self.refine]]]
+        if self.refine:
+            with torch.no_grad():
+                front = X[is_non_dominated(model.posterior(X).mean)] if Y.shape[1] > 1 else X[Y[:, 0].argmax()][None]
+            starts.append(front[: self.refine])
+        new = self._refine(acqf, torch.cat(starts), known)
+        if new:
+            X_new = self.encoder.encode_many(new)
+            cands.extend(new)
+            X_pool = torch.cat([X_pool, X_new])
+            with torch.no_grad():
+                vals = torch.cat([vals, self._score(acqf, X_new)])
+        with torch.no_grad():
             short = vals.argsort(descending=True)[: max(self.shortlist, 2 * n)]
             picks = [int(short[0])]
             for _ in range(n - 1):
@@ -313,6 +344,45 @@ class BoTorchProposer:
                 sv[torch.isin(short, torch.tensor(picks))] = -float("inf")
                 picks.append(int(short[sv.argmax()]))
         return picks
+
+    def _refine(self, acqf: torch.nn.Module, starts: torch.Tensor, known: set[str]) -> list[dict[str, Any]]:
+        """Local optima of the acquisition from encoded start points (B, D): L-BFGS-B on each start's
+        active float/int columns, the other columns held at their values (lower = upper bound). Returns
+        the decoded results that are new (not in `known`, which is extended), as values dicts."""
+        if self.refine <= 0 or len(starts) == 0:
+            return []
+        free = torch.stack([self._free_columns(x) for x in starts])  # (B, D) bool
+        if not free.any():
+            return []
+        lower = torch.where(free, torch.zeros_like(starts), starts).unsqueeze(1)
+        upper = torch.where(free, torch.ones_like(starts), starts).unsqueeze(1)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # scipy's "iteration limit reached" notices
+                X_opt, _ = gen_candidates_scipy(starts.unsqueeze(1).clone(), acqf, lower_bounds=lower,
+                                                upper_bounds=upper, options={"maxiter": self.refine_iters},
+                                                use_parallel_mode=False)  # per-start bounds
+        except Exception as e:  # a failed refinement leaves the pool as it was
+            warnings.warn(f"BoTorchProposer: acquisition refinement failed ({e}); using the pool only",
+                          stacklevel=3)
+            return []
+        out = []
+        for x in X_opt.detach().squeeze(1):
+            values = self.encoder.decode(x.clamp(0.0, 1.0))
+            key = Recipe(values, dict(self.space.fixed)).key
+            if key not in known:
+                known.add(key)
+                out.append(values)
+        return out
+
+    def _free_columns(self, x: torch.Tensor) -> torch.Tensor:
+        """(D,) bool: the columns of encoded recipe x that are an active float or int parameter."""
+        values = self.encoder.decode(x)
+        free = torch.zeros(self.encoder.dim, dtype=torch.bool)
+        for b in self.encoder.blocks:
+            if b.param is not None and not b.one_hot and b.name in values:
+                free[b.start] = True
+        return free
 
     def _score(self, acqf: torch.nn.Module, X_pool: torch.Tensor) -> torch.Tensor:
         """Acquisition value of each candidate alone (q = 1): (P, D) → (P,), in chunks."""
