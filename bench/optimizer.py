@@ -316,7 +316,8 @@ def _n(x: float) -> str:  # inf: never reached
 
 
 class _Serial:
-    """The `submit` of an executor, run in this process (so --jobs 1 needs no fork)."""
+    """The `submit` of an executor for --jobs 1: each run happens in this process when its result is
+    asked for, so the progress lines come as the runs finish (and no fork is needed)."""
 
     def __enter__(self) -> _Serial:
         return self
@@ -325,14 +326,11 @@ class _Serial:
         return None
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> Any:
-        class Done:
-            def __init__(self, value: Any) -> None:
-                self.value = value
-
+        class Lazy:
             def result(self) -> Any:
-                return self.value
+                return fn(*args)
 
-        return Done(fn(*args))
+        return Lazy()
 
 
 if __name__ == "__main__":
