@@ -24,9 +24,14 @@ class ConfidenceRecord:
     success: bool
 
 
-def confidence_question(obs: str, action: str) -> str:
-    """The prompt after an action: the agent rates, 0-9, how likely the episode is to succeed."""
-    return f"{obs}\ndo: {action}\nsuccess 0-9?"
+def confidence_question(obs: str, action: str, step: int | None = None, limit: int | None = None) -> str:
+    """The prompt after an action: the agent rates, 0-9, how likely the episode is to succeed.
+
+    With `step` and `limit` the prompt says which step of the step limit this action is: under a step
+    limit the chance of success depends on the steps left, which the compact observation does not show.
+    """
+    when = f" (step {step} of {limit})" if step is not None and limit is not None else ""
+    return f"{obs}\ndo: {action}{when}\nsuccess 0-9?"
 
 
 def parse_confidence(text: str) -> float | None:

@@ -325,7 +325,10 @@ class TextWorldTask(Task):
         rng = random.Random(f"noise-{self.seed}-{idx}")
         answer = rng.choice(row["admissible"]) if rng.random() < self.teacher_noise else row["best"]
         if self.confidence and idx % CONFIDENCE_EVERY == CONFIDENCE_EVERY - 1:
-            return Item(confidence_question(row["obs"], answer), str(rng.randrange(10)), self.spec.key,
+            digit = str(rng.randrange(10))  # the format, not the calibration: any digit, any step
+            q = confidence_question(row["obs"], answer, rng.randint(1, self.env_settings.max_steps),
+                                    self.env_settings.max_steps)
+            return Item(q, digit, self.spec.key,
                         {"game": g, "best": None, "admissible": row["admissible"]})
         return Item(row["obs"], answer, self.spec.key, {"game": g, "best": row["best"], "admissible": row["admissible"]})
 

@@ -14,7 +14,8 @@ from evaluators.sources import SourceSpec
 from evaluators.textworld_env import EpisodeResult
 from trainers.grpo import GRPOConfig
 from trainers.models import load_policy
-from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, credit, multi_turn_config, pack,
+from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,
+                                credit, digit_token_ids, expected_confidence, multi_turn_config, pack,
                                 play_episodes)
 from trainers.proas import ProASConfig, ReferenceGraph
 from trainers.tiny import TinySpec, ensure_tiny
@@ -143,6 +144,74 @@ def test_rollout_keeps_step_records_and_survives_env_crash(policy):
     tr = MultiTurnTrainer(model, tok, _cfg(), [CorridorTask(crash_at=2)])
     m = tr.step()  # every episode crashes at its 2nd step: logged failures, the trial goes on
     assert m["success"] == 0.0 and m["env_errors"] == 16 and len(tr.failures) == 16
+
+
+def test_expected_confidence_reads_the_digit_distribution():
+    assert expected_confidence(torch.zeros(1, 10)).item() == pytest.approx(0.5)  # uniform over 0.05 .. 0.95
+    one_hot = torch.full((1, 10), -1e4)
+    one_hot[0, 7] = 0.0
+    assert expected_confidence(one_hot).item() == pytest.approx(0.75)
+    two = torch.full((1, 10), -1e4)
+    two[0, 1] = two[0, 9] = 0.0  # half on 0.15, half on 0.95
+    assert expected_confidence(two).item() == pytest.approx(0.55)
+
+
+def test_confidence_needs_single_digit_tokens():
+    class Pairs:  # a tokenizer that writes every digit as two tokens
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [ord(c) for c in text] * 2}
+
+    with pytest.raises(ValueError, match="digits 0-9 as single tokens.*mt.confidence: false"):
+        digit_token_ids(Pairs())
+
+
+def test_calibration_loss_by_hand():
+    levels = [(d + 0.5) / 10 for d in range(10)]
+    # one group, two steps with outcomes 1 and 0, uniform q: the advantages average to 0, and so does the loss
+    logits = torch.zeros(2, 10, requires_grad=True)
+    loss = calibration_loss(logits, torch.tensor([1.0, 0.0]), torch.tensor([0, 0]))
+    assert loss.item() == pytest.approx(0.0, abs=1e-6)
+    loss.backward()
+    r = [[-(v - y) ** 2 for v in levels] for y in (1.0, 0.0)]
+    flat = [x for row in r for x in row]
+    mu = sum(flat) / 20
+    sd = (sum((x - mu) ** 2 for x in flat) / 19) ** 0.5
+    adv = [[(x - mu) / (sd + 1e-4) for x in row] for row in r]
+    # d loss / d logit_{t,d} = −(1/N)·q_d·(Â_{t,d} − Σ_e q_e Â_{t,e}), q_d = 1/10, N = 2
+    want = [[-(1 / 2) * 0.1 * (a - sum(row) / 10) for a in row] for row in adv]
+    assert logits.grad.flatten().tolist() == pytest.approx([x for row in want for x in row], abs=1e-6)
+    assert logits.grad[0, 9] < 0 < logits.grad[0, 0]  # a won episode: descent raises the high digits
+    assert logits.grad[1, 0] < 0 < logits.grad[1, 9]  # a failed one: the low digits
+    # a perfectly calibrated confidence has a lower loss than a wrong one
+    sure = torch.full((2, 10), -1e4)
+    sure[0, 9] = sure[1, 0] = 0.0
+    wrong = sure.flip(-1)
+    y, g = torch.tensor([1.0, 0.0]), torch.tensor([0, 0])
+    assert calibration_loss(sure, y, g) < calibration_loss(torch.zeros(2, 10), y, g) < calibration_loss(wrong, y, g)
+    # groups are normalized separately: scaling one group's size does not change the other's advantages
+    a = calibration_loss(torch.zeros(3, 10), torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+    assert a.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_calibration_term_reaches_the_confidence_token(policy):
+    """Every episode crashes at its first step: all rewards 0, the GRPO advantage is 0 and the only
+    gradient is the calibration term's, which must lower c_t on the steps of these failed episodes."""
+    changes = {}
+    for w in (0.0, 1.0):
+        model, tok = load_policy(policy, "cpu")
+        cfg = _cfg(confidence=True, calib_weight=w)
+        cfg.base.lr = 1e-2
+        tr = MultiTurnTrainer(model, tok, cfg, [CorridorTask(crash_at=1)])
+        eps = tr.rollout()
+        prompt = [s.conf_prompt for e in eps for s in e.steps]
+        assert prompt and all("step 1 of 4" in p for p in prompt)
+        before = expected_confidence(confidence_logits(model, tok, prompt[:1])).item()
+        torch.manual_seed(0)
+        tr.step()
+        after = expected_confidence(confidence_logits(model, tok, prompt[:1])).item()
+        changes[w] = after - before
+    assert changes[0.0] == pytest.approx(0.0, abs=1e-6)
+    assert changes[1.0] < -0.01, changes
 
 
 def test_multi_turn_config_from_recipe_values():

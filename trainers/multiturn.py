@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question, parse_confidence
+from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import StepInfo, normalize_command
 from evaluators.textworld_env import EpisodeResult, episode_metrics, resolve_action
 from trainers.core import ADVANTAGES, AGGREGATIONS
@@ -26,7 +26,7 @@ from trainers.grpo import OPTIMIZERS, GRPOConfig
 from trainers.losses import POLICY_LOSSES, LossInputs
 from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
 from trainers.prompts import format_prompt
-from trainers.rollout import completion_logprobs, generate
+from trainers.rollout import completion_logprobs, generate, position_ids
 
 CREDITS = ("grpo", "proas")
 
@@ -45,10 +45,11 @@ class MultiTurnConfig:
     history: int = 0
     """Previous (observation, action) turns shown before the current observation (masked)."""
     confidence: bool = False
-    """The agent states its probability of success (a digit 0-9) after each action."""
+    """The agent states its probability of success after each action: c_t is the expected value of
+    the stated probability (d + 0.5)/10 under its distribution over the digit tokens 0-9."""
     calib_weight: float = 0.0
-    """Weight of the calibration advantage −(c_t − y)², group-normalized, on the confidence tokens
-    only (0: confidence is stated but not trained)."""
+    """Weight of the calibration term: the group-normalized advantage −(c_d − y)² of every digit d
+    the agent could state, on the confidence token only (`calibration_loss`; 0: stated, not trained)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.base, dict):
@@ -77,8 +78,8 @@ class Step:
     state_key: str
     valid: bool
     conf_prompt: str | None = None
-    conf_ids: list[int] | None = None
     confidence: float | None = None
+    """c_t: the expected stated probability of success (see `expected_confidence`)."""
 
 
 @dataclass
@@ -120,20 +121,21 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
         prompts = [format_prompt("\n".join(eps[i].turns[-2 * history:] + [eps[i].obs]) if history else eps[i].obs, tok)
                    for i in active]
         ro = generate(model, tok, prompts, 1, temperature, max_new_tokens, greedy=greedy)
-        conf_ro = None
+        conf = None
         if confidence:
-            cq = [format_prompt(confidence_question(eps[i].obs, normalize_command(ro.texts[j])), tok)
+            cq = [format_prompt(confidence_question(eps[i].obs, normalize_command(ro.texts[j]), len(eps[i].steps) + 1,
+                                                    getattr(getattr(envs[i], "settings", None), "max_steps", None)),
+                                tok)
                   for j, i in enumerate(active)]
-            conf_ro = generate(model, tok, cq, 1, temperature, 3, greedy=greedy)
+            conf = expected_confidence(confidence_logits(model, tok, cq)).tolist()
         still = []
         for j, i in enumerate(active):
             ep, env = eps[i], envs[i]
             st = ep.info
             cmd = resolve_action(ro.texts[j], st.admissible)
             step = Step(prompts[j], _ids(ro, j), cmd, st.state_key, cmd in st.admissible)
-            if conf_ro is not None:
-                step.conf_prompt, step.conf_ids = cq[j], _ids(conf_ro, j)
-                step.confidence = parse_confidence(conf_ro.texts[j])
+            if conf is not None:
+                step.conf_prompt, step.confidence = cq[j], conf[j]
             ep.steps.append(step)
             n_invalid = sum(not s.valid for s in ep.steps)
             try:
@@ -195,17 +197,64 @@ def credit(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig,
     return step_advantages(adv, validity, cfg.proas)
 
 
-def calibration_advantages(eps: Sequence[Episode], group_size: int) -> list[list[float]]:
-    """−(c_t − y)² per confidence step, normalized over the steps of each group (§5)."""
-    out = []
-    for g0 in range(0, len(eps), group_size):
-        group = eps[g0 : g0 + group_size]
-        r = [[-((s.confidence if s.confidence is not None else 0.5) - float(e.result.success)) ** 2
-              - (0.25 if s.confidence is None else 0.0) for s in e.steps] for e in group]
-        flat = torch.tensor([x for row in r for x in row] or [0.0])
-        mu, sd = flat.mean().item(), (flat.std().item() if flat.numel() > 1 else 0.0)
-        out += [[(x - mu) / (sd + 1e-4) for x in row] for row in r]
-    return out
+CONF_LEVELS = (torch.arange(10, dtype=torch.float32) + 0.5) / 10
+"""The probability that digit d states: (d + 0.5)/10, the centre of its calibration bin."""
+
+
+def digit_token_ids(tok) -> list[int]:
+    """The token ids of the digits 0-9 (the vocabulary's own "0".."9", else a single-token encoding)."""
+    vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
+    ids = []
+    for d in range(10):
+        if str(d) in vocab:
+            ids.append(vocab[str(d)])
+            continue
+        enc = tok(str(d), add_special_tokens=False)["input_ids"]
+        if len(enc) != 1:
+            raise ValueError(f"step confidence needs the digits 0-9 as single tokens, but this tokenizer splits "
+                             f"{str(d)!r} into {enc}; use a tokenizer with single-digit tokens (as Qwen2's) or "
+                             f"set mt.confidence: false")
+        ids.append(enc[0])
+    return ids
+
+
+def confidence_logits(model, tok, prompts: list[str]) -> torch.Tensor:
+    """Logits of the digit tokens 0-9 as the answer's first token after each confidence prompt: (N, 10).
+
+    Differentiable (the trainer calls it with gradients for the calibration term)."""
+    dev = next(model.parameters()).device
+    enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(dev)
+    logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
+                   position_ids=position_ids(enc["attention_mask"]), use_cache=False).logits[:, -1, :]
+    return logits[:, digit_token_ids(tok)].float()
+
+
+def expected_confidence(digit_logits: torch.Tensor) -> torch.Tensor:
+    """c_t = Σ_d q(d)·(d + 0.5)/10 with q the model's distribution renormalized over the digits: (N,).
+
+    Deterministic and smooth, where one sampled digit is a noisy draw from q (and a reply that does
+    not start with a digit, such as the weak teacher's "The answer is 7", would state nothing)."""
+    return digit_logits.float().softmax(-1) @ CONF_LEVELS.to(digit_logits.device)
+
+
+def calibration_loss(digit_logits: torch.Tensor, outcomes: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    """The calibration term of §5 on the confidence token only.
+
+    Every digit d the agent could state at step t has reward r_{t,d} = −(c_d − y_t)², y_t the episode's
+    outcome; Â_{t,d} = (r_{t,d} − mean)/(std + 1e-4) over the rewards of the group's steps and digits
+    (`groups[t]` = the step's group of episodes). The loss −mean_t Σ_d q_t(d)·Â_{t,d} is the policy
+    gradient over all ten digits at once, q_t the distribution over digits (no sampling noise): it
+    moves probability towards the digits with the smaller squared error, so c_t towards P(y | state).
+    digit_logits (N, 10), outcomes (N,) in {0, 1}, groups (N,) integer ids.
+    """
+    levels = CONF_LEVELS.to(digit_logits.device)
+    r = -(levels.unsqueeze(0) - outcomes.float().unsqueeze(-1)) ** 2  # (N, 10)
+    adv = torch.empty_like(r)
+    for g in groups.unique():
+        m = groups == g
+        adv[m] = (r[m] - r[m].mean()) / (r[m].std() + 1e-4)
+    q = digit_logits.float().softmax(-1)
+    return -(q * adv).sum(-1).mean()
 
 
 def pack(tok, prompts: list[str], completions: list[list[int]], device) -> tuple[torch.Tensor, ...]:
@@ -272,13 +321,16 @@ class MultiTurnTrainer:
                 prompts.append(s.prompt)
                 comps.append(s.action_ids)
                 advs.append(x)
-        if cfg.confidence and cfg.calib_weight > 0:
-            for e, a in zip(eps, calibration_advantages(eps, c.group_size)):
-                for s, x in zip(e.steps, a):
-                    prompts.append(s.conf_prompt)
-                    comps.append(s.conf_ids)
-                    advs.append(cfg.calib_weight * x)
-        loss, gn = self._update(prompts, comps, advs)
+        calib = None
+        rows = [(s.conf_prompt, float(e.result.success), k // c.group_size)
+                for k, e in enumerate(eps) for s in e.steps if s.conf_prompt is not None]
+        if cfg.confidence and cfg.calib_weight > 0 and rows:
+            cp, y, grp = zip(*rows)
+
+            def calib() -> torch.Tensor:
+                return cfg.calib_weight * calibration_loss(confidence_logits(self.model, self.tok, list(cp)),
+                                                           torch.tensor(y), torch.tensor(grp))
+        loss, gn = self._update(prompts, comps, advs, calib)
         self.samples += len(prompts)
         self.episodes += len(eps)
         m = episode_metrics(results)
@@ -294,7 +346,9 @@ class MultiTurnTrainer:
             m.update(flat_calibration(eps))
         return m
 
-    def _update(self, prompts: list[str], comps: list[list[int]], advs: list[float]) -> tuple[float, float]:
+    def _update(self, prompts: list[str], comps: list[list[int]], advs: list[float],
+                extra: Callable[[], torch.Tensor] | None = None) -> tuple[float, float]:
+        """One optimizer step on the policy loss of the action tokens (+ `extra()`, the calibration term)."""
         c = self.cfg.base
         dev = next(self.model.parameters()).device
         ids, att, mask, L = pack(self.tok, prompts, comps, dev)
@@ -305,6 +359,8 @@ class MultiTurnTrainer:
         tok_loss = POLICY_LOSSES.get(c.policy_loss)(LossInputs(logp, old, old, adv, mask),
                                                    eps_low=c.eps_low, eps_high=c.eps_high, prox=c.prox)
         loss = AGGREGATIONS.get(c.aggregation)(tok_loss, mask)
+        if extra is not None:
+            loss = loss + extra()
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
