@@ -402,11 +402,16 @@ class BoTorchProposer:
 
 @contextmanager
 def _torch_threads(n: int | None) -> Iterator[None]:
+    """Torch intra-op threads set to n while proposing (None: unchanged); also hides linear_operator's
+    notice that torch's sparse-tensor invariant checks are off, which its box decompositions trigger
+    on every search and which says nothing to a user."""
     before = torch.get_num_threads()
     if n is not None:
         torch.set_num_threads(n)
     try:
-        yield
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+            yield
     finally:
         torch.set_num_threads(before)
 
