@@ -74,6 +74,34 @@ def test_encoding_of_inactive_params_and_simplex() -> None:
     assert proas["algorithm"] == "proas" and proas["proas.lambda"] == 0.5 and proas["proas.mode"] == "a"
 
 
+def test_batched_moves_by_hand() -> None:
+    """perturb: zero noise and no flips give the rows back, flips give exactly one hot column per
+    block; crossover: every block comes whole from one parent and the mixture is a blend of both."""
+    enc = RecipeEncoder(full_space())
+    gen = torch.Generator().manual_seed(0)
+    X = enc.encode_many([enc.decode(torch.rand(enc.dim, generator=gen, dtype=torch.float64)) for _ in range(64)])
+    assert torch.equal(enc.perturb(X, 0.0, 0.0, gen), X)
+    moved = enc.perturb(X, torch.full((64,), 0.1, dtype=torch.float64), 1.0, gen)
+    assert moved.shape == X.shape and ((moved >= 0) & (moved <= 1)).all()
+    one_hot = [b for b in enc.blocks if b.one_hot]
+    for b in one_hot:
+        assert (moved[:, b.cols].sum(-1) == 1).all() and (moved[:, b.cols].max(-1).values == 1).all()
+    assert (moved[:, 3] != X[:, 3]).all()  # the lr column moved in every row
+    XB = enc.perturb(X, 0.3, 1.0, gen)
+    child = enc.crossover(X, XB, gen)
+    for b in enc.blocks:
+        if b.param is None:  # mixture columns: t·a + (1 − t)·b with one t per row
+            lo, hi = torch.minimum(X[:, b.cols], XB[:, b.cols]), torch.maximum(X[:, b.cols], XB[:, b.cols])
+            assert ((child[:, b.cols] >= lo - 1e-12) & (child[:, b.cols] <= hi + 1e-12)).all()
+        else:
+            from_a = (child[:, b.cols] == X[:, b.cols]).all(-1)
+            from_b = (child[:, b.cols] == XB[:, b.cols]).all(-1)
+            assert (from_a | from_b).all()
+    differs = ~(X[:, 3] == XB[:, 3])
+    took_b = (child[:, 3] == XB[:, 3]) & differs
+    assert 10 < int(took_b.sum()) < int(differs.sum()) - 10  # about half the rows take b's lr
+
+
 def test_decode_of_any_cube_point_is_a_valid_recipe() -> None:
     space = full_space()
     enc = RecipeEncoder(space)

@@ -141,15 +141,15 @@ class BoTorchProposer:
         with _torch_threads(self.threads):
             X = self.encoder.encode_many([r.recipe.values for r in done])  # (N, D)
             extra = self._extra(history, seen)
+            known: set[str] = set()  # the study's keys and the pool's
             pool = extra + self._pool(X, Y, seen | {Recipe(v, dict(self.space.fixed)).key for v in extra},
-                                      len(history))
+                                      len(history), known)
             if not pool:  # the space is exhausted near everything we know; fall back to fresh points
                 return self._sobol(len(history), n, seen)
             model = self._fit(X, Y)
             X_pool = self.encoder.encode_many(pool)  # (P, D), canonical encodings of decoded recipes
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
             cands = [pool[int(i)] for i in keep]
-            known = seen | {Recipe(v, dict(self.space.fixed)).key for v in pool}
             picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)))
         out = [Recipe(cands[i], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
@@ -215,27 +215,29 @@ class BoTorchProposer:
         return model
 
     # --- 3) candidates ----------------------------------------------------------------------------
-    def _pool(self, X: torch.Tensor, Y: torch.Tensor, seen: set[str], position: int) -> list[dict[str, Any]]:
-        """Distinct valid candidate values dicts not in `seen`. X: (N, D) complete trials, Y: (N, m)."""
+    def _pool(self, X: torch.Tensor, Y: torch.Tensor, seen: set[str], position: int,
+              known: set[str] | None = None) -> list[dict[str, Any]]:
+        """Distinct valid candidate values dicts not in `seen`. X: (N, D) complete trials, Y: (N, m).
+        `known`, if given, receives the keys of `seen` and of the candidates."""
         gen = torch.Generator().manual_seed(zlib.crc32(f"{self.seed}/{position}".encode()))
         front = X[is_non_dominated(Y)] if Y.shape[1] > 1 else X[Y[:, 0].argsort(descending=True)[:5]]
         specialists = X[Y.argmax(dim=0)]  # (m, D): best recipe on each objective
         n_local, n_cross = int(0.4 * self.pool_size), int(0.15 * self.pool_size)
-        moves = []
-        for i in range(n_local):
-            sigma = (0.03, 0.1, 0.25)[i % 3]
-            moves.append(self.encoder.perturb(front[i % len(front)], sigma, 0.2, gen))
+        i = torch.arange(n_local)
+        sigma = torch.tensor([0.03, 0.1, 0.25], dtype=X.dtype)[i % 3]  # three step sizes in turn
+        moves = [self.encoder.perturb(front[i % len(front)], sigma, 0.2, gen)]
         parents = specialists if len(specialists) > 1 and not torch.equal(specialists[0], specialists[1]) else front
-        for i in range(n_cross if len(parents) > 1 else 0):
-            a, b = torch.randperm(len(parents), generator=gen)[:2]
-            if i % 2 and len(front) > 1:  # half of them between any two Pareto recipes
-                a, b = torch.randperm(len(front), generator=gen)[:2]
-                moves.append(self.encoder.crossover(front[a], front[b], gen))
-            else:
-                moves.append(self.encoder.crossover(parents[a], parents[b], gen))
-        rows = [self.encoder.decode(x) for x in moves]
+        if n_cross and len(parents) > 1:
+            # half between the specialists (best on different objectives), half between any two Pareto recipes
+            n_front = n_cross // 2 if len(front) > 1 else 0
+            for src, k in ((parents, n_cross - n_front), (front, n_front)):
+                if k:
+                    a, b = torch.stack([torch.randperm(len(src), generator=gen)[:2] for _ in range(k)]).T
+                    moves.append(self.encoder.crossover(src[a], src[b], gen))
+        rows = self.encoder.decode_many(torch.cat(moves))
         rows += sobol_pool(self.space, self.pool_size - len(rows), seed=int(gen.initial_seed() % 2**31))
-        out, keys = [], set(seen)
+        out, keys = [], known if known is not None else set()
+        keys |= seen
         for values in rows:  # decoded and Sobol rows are valid by construction (tests/test_optimizer.py)
             key = Recipe(values, dict(self.space.fixed)).key
             if key not in keys:

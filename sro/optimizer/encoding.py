@@ -128,30 +128,38 @@ class RecipeEncoder:
         return [self.decode(row) for row in X]
 
     # --- moves in the encoded cube ----------------------------------------------------------------
-    def perturb(self, x: torch.Tensor, sigma: float, flip: float, gen: torch.Generator) -> torch.Tensor:
-        """A local move around encoded recipe x (D,): Gaussian noise of scale `sigma` on the numeric
-        and simplex columns; each one-hot block is redrawn uniformly with probability `flip` (a small
-        Gaussian almost never changes an argmax). Returns (D,) in the cube, to be decoded."""
-        y = (x + sigma * torch.randn(self.dim, generator=gen, dtype=x.dtype)).clamp(0.0, 1.0)
+    def perturb(self, X: torch.Tensor, sigma: float | torch.Tensor, flip: float, gen: torch.Generator) -> torch.Tensor:
+        """Local moves around encoded recipes X (n, D): Gaussian noise of scale `sigma` (a float, or
+        one per row (n,)) on the numeric and simplex columns; each one-hot block of each row is redrawn
+        uniformly with probability `flip` (a small Gaussian almost never changes an argmax). Returns
+        (n, D) in the cube, to be decoded."""
+        n = X.shape[0]
+        scale = torch.as_tensor(sigma, dtype=X.dtype).reshape(-1, 1)
+        Y = (X + scale * torch.randn(n, self.dim, generator=gen, dtype=X.dtype)).clamp(0.0, 1.0)
+        rows = torch.arange(n)
         for b in self.blocks:
             if b.one_hot:
-                y[b.cols] = x[b.cols]
-                if torch.rand((), generator=gen) < flip:
-                    y[b.cols] = 0.0
-                    y[b.start + int(torch.randint(b.width, (), generator=gen))] = 1.0
-        return y
+                Y[:, b.cols] = X[:, b.cols]
+                redraw = torch.rand(n, generator=gen) < flip
+                pick = b.start + torch.randint(b.width, (n,), generator=gen)
+                Y[redraw, b.cols] = 0.0
+                Y[rows[redraw], pick[redraw]] = 1.0
+        return Y
 
-    def crossover(self, xa: torch.Tensor, xb: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        """Uniform crossover of two encoded recipes (D,): every parameter (a whole one-hot block)
-        comes from one parent; a simplex is a random convex blend of the two mixtures. Returns (D,)."""
-        y = xa.clone()
+    def crossover(self, XA: torch.Tensor, XB: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+        """Uniform crossovers of encoded recipe pairs (XA[i], XB[i]), (n, D) each: every parameter (a
+        whole one-hot block) comes from one parent; a simplex is a random convex blend of the two
+        mixtures. Returns (n, D)."""
+        n = XA.shape[0]
+        Y = XA.clone()
         for b in self.blocks:
             if b.param is None:
-                t = float(torch.rand((), generator=gen))
-                y[b.cols] = t * xa[b.cols] + (1 - t) * xb[b.cols]
-            elif torch.rand((), generator=gen) < 0.5:
-                y[b.cols] = xb[b.cols]
-        return y
+                t = torch.rand(n, 1, generator=gen, dtype=XA.dtype)
+                Y[:, b.cols] = t * XA[:, b.cols] + (1 - t) * XB[:, b.cols]
+            else:
+                take = torch.rand(n, generator=gen) < 0.5
+                Y[take, b.cols] = XB[take, b.cols]
+        return Y
 
 
 def _index(choices: list[Any], value: Any) -> int:
