@@ -20,7 +20,7 @@ overhead (choosing the next batch of 4 after 100 trials, pool of 2,000 candidate
 Goals (issue 5): SRO has the best median on every problem, needs at most a third of random search's
 evaluations, and proposes in under 2 s. Exit 1 when one is missed.
 
-    .venv/bin/python bench/optimizer.py            # 10 seeds × 40 evaluations, one process per core (about 20 min on 2 cores)
+    .venv/bin/python bench/optimizer.py            # 10 seeds × 40 evaluations, one process per core (about 16 min on 2 cores)
     .venv/bin/python bench/optimizer.py --quick    # smoke run, goals reported but not enforced
     .venv/bin/python bench/optimizer.py --first-seed 10 --problems recipe   # other seeds, one problem
 """
