@@ -10,17 +10,20 @@ mean of the last SMOOTH evaluations). Goal (issue 6): ProAS reaches the threshol
 (median over seeds) with final success no lower; the corrupted graph no worse than GRPO (reaches it no
 later, final no lower).
 
-Run from the repo root: `.venv/bin/python bench/proas.py` (10 seeds, about 15 min on 1 thread; env BENCH_SEEDS, BENCH_ITERS to resize;
-BENCH_METHODS to run a subset, BENCH_PROAS='{"lam": 0.25}' to change ProAS's settings, BENCH_MAX_STEPS, BENCH_LR to override the settings below).
+Run from the repo root: `.venv/bin/python bench/proas.py` (10 seeds, one process per core: about 8 min on 2 cores;
+env BENCH_SEEDS, BENCH_ITERS to resize; BENCH_METHODS to run a subset, BENCH_PROAS='{"lam": 0.25}' to change ProAS's
+settings, BENCH_MAX_STEPS, BENCH_LR, BENCH_TRAIN_GAMES, BENCH_JOBS to override the settings below).
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -39,6 +42,9 @@ from trainers.tiny import TinySpec, ensure_tiny  # noqa: E402
 
 FAMILY = os.environ.get("BENCH_FAMILY", "coin_collector")
 LEVEL, GAMES = int(os.environ.get("BENCH_LEVEL", "2")), 8
+"""Held-out games (and the default number of training games)."""
+TRAIN_GAMES = int(os.environ.get("BENCH_TRAIN_GAMES", str(GAMES)))
+"""Distinct training games RL plays (disjoint from the held-out ones and from the pre-training games)."""
 MAX_STEPS = int(os.environ.get("BENCH_MAX_STEPS", "4"))
 """Step limit: the 2-step solution plus 2 spare steps. At 8 the base model (pre-trained on sibling games)
 already wins 0.84 of the sampled training episodes (7 of 8 games at >= 0.875) and 0.84 held-out, above
@@ -54,6 +60,8 @@ ITERS = int(os.environ.get("BENCH_ITERS", "12"))
 EPISODES_PER_ITER = 32  # 4 games x groups of 8
 THRESHOLD = float(os.environ.get("BENCH_THRESHOLD", "0.8"))
 EVAL_EPISODES = 8
+JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, os.cpu_count() or 1))))
+"""Worker processes (one torch thread each)."""
 """Sampled episodes per held-out game at each evaluation (temperature 1, fixed seed): 64 a time, so
 held-out success moves in steps of 1/64 (binomial SE about 0.055 at 0.75)."""
 SMOOTH = 3
@@ -69,10 +77,11 @@ METHODS = {
 }
 
 
-def tasks(config: dict | None = None) -> tuple[TextWorldTask, TextWorldTask]:
+def tasks(config: dict | None = None, train_games: int = TRAIN_GAMES) -> tuple[TextWorldTask, TextWorldTask]:
+    """(training games, held-out games): GAMES held-out games, `train_games` training games."""
     cfg = {"level": LEVEL, "games": GAMES, "max_steps": MAX_STEPS, **(config or {})}
     spec = SourceSpec("textworld", FAMILY, cfg)
-    return (TextWorldTask(spec, derive_seed(0, "train", "agent", 0)),
+    return (TextWorldTask(SourceSpec("textworld", FAMILY, {**cfg, "games": train_games}), derive_seed(0, "train", "agent", 0)),
             TextWorldTask(spec, derive_seed(0, "heldout", "agent", "coin_heldout")))
 
 
@@ -80,7 +89,9 @@ def base_model(train: TextWorldTask, spec: TinySpec = PRETRAIN) -> Path:
     """The tiny model pre-trained on items of *other* games than RL trains on (seed range "pretrain"):
     pre-trained on the RL games' own walkthroughs it wins them all, every group's rewards are equal
     and RL gets no gradient (measured: training success 0.9-1.0 from the first iteration)."""
-    other = TextWorldTask(train.spec, derive_seed(0, "train", "agent", "pretrain"))
+    # GAMES games whatever the number of training games, so every bench setting starts from one base model
+    other = TextWorldTask(SourceSpec("textworld", FAMILY, {**train.spec.config, "games": GAMES}),
+                          derive_seed(0, "train", "agent", "pretrain"))
     pairs = [(it.question, it.answer) for it in other.items(2000)]
     return ensure_tiny(pairs, "runs/.cache", spec)
 
@@ -91,6 +102,13 @@ def held_out_success(model, tok, held: TextWorldTask) -> float:
     envs = [held.make_env(g) for g in range(GAMES) for _ in range(EVAL_EPISODES)]
     eps = play_episodes(model, tok, envs, [str(i) for i in range(len(envs))], greedy=False, max_new_tokens=10)
     return sum(e.result.success for e in eps) / len(eps)
+
+
+def run_job(method: str, seed: int) -> dict:
+    """`run` in a worker process (one torch thread), with the tasks and base model rebuilt there."""
+    torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
+    train, held = tasks()
+    return run(method, seed, base_model(train), train, held)
 
 
 def run(method: str, seed: int, base: Path, train: TextWorldTask, held: TextWorldTask) -> dict:
@@ -120,18 +138,23 @@ def main() -> int:
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     t0 = time.time()
     train, held = tasks()
-    base = base_model(train)
+    for g in range(TRAIN_GAMES):  # generate (or find cached) the games once, before the workers start
+        train.game_path(g)
+    base_model(train)
     never = (ITERS + 1) * EPISODES_PER_ITER  # an unreached threshold counts as one iteration past the budget
     chosen = [m for m in METHODS if m in os.environ.get("BENCH_METHODS", ",".join(METHODS)).split(",")]
     rows: dict[str, list[dict]] = {m: [] for m in chosen}
-    print(f"{FAMILY} level {LEVEL}, {GAMES} train / {GAMES} held-out games, step limit {MAX_STEPS}, lr {LR:g}, "
+    print(f"{FAMILY} level {LEVEL}, {TRAIN_GAMES} train / {GAMES} held-out games, step limit {MAX_STEPS}, lr {LR:g}, "
           f"{ITERS} iterations x {EPISODES_PER_ITER} episodes, held-out {GAMES}x{EVAL_EPISODES} sampled episodes "
           f"after every iteration, smoothed over {SMOOTH} evaluations, threshold {THRESHOLD}")
     print(f"{'seed':>4} {'method':>16} {'episodes to thr':>16} {'raw first':>9} {'final success':>14} {'greedy':>7}  "
           f"smoothed curve (episodes, success)")
-    for seed in SEEDS:
-        for m in chosen:
-            r = run(m, seed, base, train, held)
+    # one spawned process per core (spawn, not fork: a forked child inherits torch's thread pools mid-state);
+    # every run is deterministic given its seed, so the table does not depend on the number of jobs
+    with ProcessPoolExecutor(JOBS, mp_context=multiprocessing.get_context("spawn")) as ex:
+        futures = [(seed, m, ex.submit(run_job, m, seed)) for seed in SEEDS for m in chosen]
+        for seed, m, f in futures:
+            r = f.result()
             rows[m].append(r)
             print(f"{seed:>4} {m:>16} {'-' if r['reach'] is None else str(r['reach']):>16} "
                   f"{'-' if r['raw_reach'] is None else str(r['raw_reach']):>9} {r['final']:>14.3f} {r['greedy']:>7.3f}  "
