@@ -148,6 +148,11 @@ class ProjectConfig(_Strict):
     seed: int = 0
     domains: dict[str, DomainConfig] = Field(min_length=1)
     objectives: list[dict[str, Literal["max", "min"]]] = Field(default_factory=list)
+    reference_point: dict[str, float] = Field(
+        default_factory=dict,
+        description="worst acceptable value of some objectives (cost in wall seconds); the BoTorch "
+                    "optimizer and the hypervolume history count only what is better; unnamed "
+                    "objectives get one inferred from the trials")
     budget: str = Field("20m", description="default for `sro search`; --budget overrides")
     storage: str | None = Field(None, description="SQLAlchemy URL; default sqlite in runs/<name>/")
     designer: DesignerConfig = Field(default_factory=DesignerConfig)
@@ -179,6 +184,12 @@ class ProjectConfig(_Strict):
                 hint = difflib.get_close_matches(key, sorted(known), n=1)
                 fix = f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(sorted(known))}"
                 raise ValueError(f"objectives[{i}] names {key!r}, which is not a benchmark; {fix}")
+        names = [k for k, _ in self.objective_directions()]
+        for key in self.reference_point:
+            if key not in names:
+                hint = difflib.get_close_matches(key, names, n=1)
+                fix = f"did you mean {hint[0]!r}?" if hint else f"objectives: {', '.join(names)}"
+                raise ValueError(f"reference_point names {key!r}, which is not an objective; {fix}")
         return self
 
     def benchmark_keys(self) -> list[str]:

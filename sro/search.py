@@ -62,7 +62,7 @@ def load_space(project: ProjectConfig, run_dir: Path, console: Console, ctx: Sea
 def make_proposer(optimizer: str, space: RecipeSpace, project: ProjectConfig, run_dir: Path):
     """The named proposer over `space`; with an LLM designer endpoint, the BoTorch proposer also
     scores the endpoint's suggested recipes among its candidates (audited under designer/)."""
-    kwargs = {}
+    kwargs: dict = {"ref_point": project.reference_point} if optimizer == "botorch" and project.reference_point else {}
     if optimizer == "botorch" and project.designer.kind == "llm":
         from sro.designer.candidates import llm_candidates
 
@@ -190,7 +190,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                             {"wall_s": time.monotonic() - t_start}, curve)
                 progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
             progress.remove_task(step_task)
-            ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives))
+            ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
             redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print)
             if redesigned is not None:
                 space = redesigned

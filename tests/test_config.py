@@ -75,6 +75,16 @@ def test_objective_names_missing_benchmark(micro_project):
     assert "objectives[0]" in msg and "did you mean 'arithmetic/add'" in msg
 
 
+def test_reference_point_names_an_objective(micro_project):
+    msg = _err(micro_project, lambda d: d.update(reference_point={"arithmetic/ad": 0.2}))
+    assert "reference_point names 'arithmetic/ad'" in msg and "did you mean 'arithmetic/add'" in msg
+
+
+def test_reference_point_loads(micro_project):
+    path = micro_project(extra="reference_point: {arithmetic/add: 0.2, cost: 600}\n")
+    assert load_project(path).reference_point == {"arithmetic/add": 0.2, "cost": 600.0}
+
+
 def test_bad_budget_in_yaml(micro_project):
     msg = _err(micro_project, lambda d: d.update(budget="soon"))
     assert "budget" in msg and "cannot parse" in msg

@@ -20,7 +20,8 @@ from optuna.testing.pytest_samplers import (
 )
 
 from sro.ledger import TrialRecord
-from sro.optimizer import BoTorchProposer, RecipeEncoder, SROSampler, reference_point
+from sro.optimizer import BoTorchProposer, RecipeEncoder, SROSampler, hypervolume_history, reference_point
+from sro.optimizer.hypervolume import study_reference_point
 from sro.proposers import PROPOSERS, SobolProposer
 from sro.recipe import Recipe
 from sro.space import Param, RecipeSpace, Simplex
@@ -212,6 +213,36 @@ def test_reference_point_sits_below_the_data() -> None:
     Y = torch.tensor([[0.0, 10.0], [1.0, 20.0], [0.5, 20.0]])
     assert reference_point(Y).tolist() == pytest.approx([-0.1, 9.0])
     assert reference_point(torch.tensor([[5.0], [5.0]])).tolist() == pytest.approx([4.5])
+
+
+def test_stated_reference_point_replaces_the_inferred_one() -> None:
+    # objectives a (max) and cost (min): the stated values in natural units, negated for min;
+    # an objective the project does not name keeps the inferred value (10% of the range below the worst)
+    Y = torch.tensor([[0.2, -100.0], [0.6, -300.0]])  # maximization frame: cost 100 s and 300 s
+    objectives = [("a", "max"), ("cost", "min")]
+    assert study_reference_point(Y, objectives, {"a": 0.5, "cost": 200}).tolist() == pytest.approx([0.5, -200.0])
+    assert study_reference_point(Y, objectives, {"cost": 200}).tolist() == pytest.approx([0.16, -200.0])
+    recs = [TrialRecord(i, "complete", Recipe({"x": i}), {"a": a}, {"wall_s": c})
+            for i, (a, c) in enumerate([(0.2, 100.0), (0.6, 300.0), (0.7, 150.0)])]
+    # above (0.5, 200 s) only trial 2 counts: (0.7 − 0.5) × (200 − 150) = 10
+    hist = hypervolume_history(recs, objectives, {"a": 0.5, "cost": 200})
+    assert hist["hypervolume"] == pytest.approx([0.0, 0.0, 10.0])
+    assert hist["ref_point"] == pytest.approx([0.5, -200.0])
+
+
+def test_proposer_acquisition_uses_the_stated_reference_point() -> None:
+    space = RecipeSpace([Param("x", "float", 0.0, 1.0), Param("y", "float", 0.0, 1.0)])
+    objectives = [("f", "max"), ("g", "min")]
+    recs = [TrialRecord(i, "complete", Recipe(v), {"f": v["x"] + v["y"], "g": v["x"] - v["y"] + 1.0}, {})
+            for i, v in enumerate(space.sobol(6, seed=0))]
+    p = BoTorchProposer(space, seed=0, objectives=objectives, ref_point={"f": 1.0, "g": 0.5}, refine=0)
+    X = p.encoder.encode_many([r.recipe.values for r in recs])
+    Y = torch.tensor([[r.scores["f"], -r.scores["g"]] for r in recs], dtype=torch.float64)
+    acqf = p._acquisition(p._fit(X, Y), X, Y, None)
+    assert acqf.ref_point.tolist() == pytest.approx([1.0, -0.5])
+    assert len(p.propose(recs, 2)) == 2
+    with pytest.raises(ValueError, match="not objectives"):
+        BoTorchProposer(space, objectives=objectives, ref_point={"h": 1.0})
 
 
 # --- Optuna ----------------------------------------------------------------------------------------

@@ -92,11 +92,13 @@ def gather_evidence(ledger, records: list[TrialRecord], objectives: list[tuple[s
     return Evidence(sum(r.finished for r in records), pareto, _importances(ledger, objectives), failures)
 
 
-def hypervolume_stalled(records: list[TrialRecord], objectives: list[tuple[str, str]], window: int) -> bool:
-    """True when the last `window` complete trials added no hypervolume."""
+def hypervolume_stalled(records: list[TrialRecord], objectives: list[tuple[str, str]], window: int,
+                        ref_point: dict[str, float] | None = None) -> bool:
+    """True when the last `window` complete trials added no hypervolume (above the project's
+    `reference_point` where it states one)."""
     from sro.optimizer.hypervolume import hypervolume_history
 
-    hv = hypervolume_history(records, objectives)["hypervolume"]
+    hv = hypervolume_history(records, objectives, ref_point)["hypervolume"]
     return window > 0 and len(hv) > window and hv[-1] <= hv[-1 - window] + 1e-12
 
 
@@ -107,7 +109,7 @@ def due(project: ProjectConfig, records: list[TrialRecord], last_at: int) -> str
     if d.redesign_every and n - last_at >= d.redesign_every:
         return f"{n - last_at} trials since the last design"
     if d.redesign_on_stall and n - last_at >= d.redesign_on_stall and hypervolume_stalled(
-            records, project.objective_directions(), d.redesign_on_stall):
+            records, project.objective_directions(), d.redesign_on_stall, project.reference_point):
         return f"the hypervolume has not grown for {d.redesign_on_stall} trials"
     return None
 

@@ -19,7 +19,8 @@
    Improvement for Bayesian Optimization", arXiv 2310.20708; the noisy hypervolume criterion of
    Daulton et al. 2021, arXiv 2105.08195), the earlier picks passed as `X_pending`, the reference
    point inferred from the data (`hypervolume.reference_point`: 10% of each objective's observed range
-   below its worst value). With a single objective the same role is played by qLogNEI.
+   below its worst value) unless the project states the worst acceptable values (`ref_point`). With a
+   single objective the same role is played by qLogNEI.
 
 The acquisition is only evaluated on decoded recipes: the screened pool in chunks without gradients,
 and the refined points after decoding (an int is rounded, an inactive parameter dropped), so it never
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import warnings
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -50,7 +51,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from sro.ledger import TrialRecord
 from sro.optimizer.encoding import RecipeEncoder, sobol_pool
-from sro.optimizer.hypervolume import reference_point
+from sro.optimizer.hypervolume import reference_point, study_reference_point
 from sro.proposers import PROPOSERS, sobol_recipes
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
@@ -94,6 +95,10 @@ class BoTorchProposer:
         threads: torch intra-op threads while proposing (restored after); None keeps torch's setting.
             The matrices are small, so extra threads mostly wait on each other: on a 2-core machine
             shared with a training job, 2 threads made one proposal ~7× slower than 1.
+        ref_point: the worst acceptable value of some objectives, in their own units and directions
+            (e.g. {"math/acc": 0.3, "cost": 3600}): the acquisition counts hypervolume only above it.
+            Objectives it does not name get the reference point inferred from the data (10% of the
+            observed range below the worst value). Needs `objectives`.
         extra: an extra candidate source (`ExtraSource`), called once per model-based proposal. Its
             recipes join the pool (and always pass the pre-screen) if `space.validate` accepts them and
             the study has not run them; invalid ones are skipped with a warning, and so is a source
@@ -104,10 +109,17 @@ class BoTorchProposer:
                  n_init: int | None = None, pool_size: int = 2000, screen: int = 256, mc_samples: int = 32,
                  chunk: int = 256, fit_iters: int = 60, refit_growth: float = 0.1, shortlist: int = 64,
                  refine: int = 4, refine_iters: int = 30, threads: int | None = 1,
-                 extra: ExtraSource | None = None) -> None:
+                 extra: ExtraSource | None = None, ref_point: Mapping[str, float] | None = None) -> None:
         for key, d in objectives or []:
             if d not in ("max", "min"):
                 raise ValueError(f"objective {key!r}: direction must be 'max' or 'min', got {d!r}")
+        if ref_point:
+            names = [k for k, _ in objectives or []]
+            unknown = sorted(set(ref_point) - set(names))
+            if unknown:
+                raise ValueError(f"ref_point names {unknown}, which are not objectives (objectives: {names}); "
+                                 "give the worst acceptable value of objectives only")
+        self.ref_point = dict(ref_point or {})
         self.space = space
         self.seed = seed
         self.objectives = list(objectives) if objectives is not None else None
@@ -315,7 +327,8 @@ class BoTorchProposer:
         if Y.shape[1] == 1:
             return qLogNoisyExpectedImprovement(model, X_baseline=base, sampler=sampler, X_pending=X_pending,
                                                 prune_baseline=False)
-        return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=reference_point(Y), X_baseline=base,
+        ref = study_reference_point(Y, self.objectives or [], self.ref_point) if self.ref_point else reference_point(Y)
+        return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=ref, X_baseline=base,
                                                        sampler=sampler, X_pending=X_pending,
                                                        prune_baseline=False, max_iep=max_pending)
 

@@ -8,12 +8,14 @@ trials among the first k, for every k. Its reference point is inferred from the 
 (`reference_point` over all complete trials): 10% of each objective's observed range below the worst
 value seen, so every trial adds volume and the curve rises whenever the front moves. A later trial that
 is worse than everything before it moves the reference point, so the history is recomputed as a whole
-(it is cheap: a few ms per step for tens of trials) and stored whole.
+(it is cheap: a few ms per step for tens of trials) and stored whole. Where the project states a
+reference point (`reference_point:` in its YAML: the worst acceptable value of some objectives), those
+values are used instead (`study_reference_point`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from botorch.utils.multi_objective.box_decompositions.dominated import DominatedPartitioning
@@ -31,6 +33,18 @@ def reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
     lo, hi = Y.min(dim=0).values, Y.max(dim=0).values
     span = torch.where(hi > lo, hi - lo, lo.abs().clamp_min(1.0))
     return lo - margin * span
+
+
+def study_reference_point(Y: torch.Tensor, objectives: Sequence[tuple[str, str]],
+                          given: Mapping[str, float] | None = None) -> torch.Tensor:
+    """(m,) reference point in the maximization frame: the user's worst acceptable value of an
+    objective where `given` names it (natural units and direction, e.g. {"cost": 3600}), else inferred
+    from the data as in `reference_point`. Y: (n, m) observed outcomes, maximization frame."""
+    ref = reference_point(Y) if len(Y) else torch.zeros(len(objectives), dtype=torch.float64)
+    for j, (key, d) in enumerate(objectives):
+        if given and key in given:
+            ref[j] = float(given[key]) * (1.0 if d == "max" else -1.0)
+    return ref
 
 
 def hypervolume(Y: torch.Tensor, ref: torch.Tensor) -> float:
@@ -66,14 +80,15 @@ def outcomes(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str
     return nums, torch.tensor(rows, dtype=torch.float64).reshape(len(rows), len(objectives))
 
 
-def hypervolume_history(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]]) -> dict:
+def hypervolume_history(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]],
+                        ref_point: Mapping[str, float] | None = None) -> dict:
     """The study's hypervolume after each complete trial: {"trials": [number, …], "hypervolume": […],
     "ref_point": […] (maximization frame), "objectives": [[key, direction], …]}. Empty lists when no
-    trial is complete."""
+    trial is complete. `ref_point`: the project's reference point (`study_reference_point`)."""
     nums, Y = outcomes(records, objectives)
     if not nums:
         return {"trials": [], "hypervolume": [], "ref_point": [], "objectives": [list(o) for o in objectives]}
-    ref = reference_point(Y)
+    ref = study_reference_point(Y, objectives, ref_point)
     return {"trials": nums, "hypervolume": [round(v, 10) for v in hypervolume_curve(Y, ref)],
             "ref_point": ref.tolist(), "objectives": [list(o) for o in objectives]}
 
