@@ -118,6 +118,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     console.print(f"base model held-out: {_fmt_scores(base)}")
     space = load_space(project, run_dir, console, ctx, budget)
     proposer = make_proposer(optimizer, space, project, run_dir)
+    if hasattr(proposer, "load_warm_state"):  # a resumed search starts from the last GP fit
+        proposer.load_warm_state(ledger.get("proposer_warm"))
 
     objectives = project.objective_directions()
     pc = project.pruning
@@ -144,6 +146,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             else:
                 # trials of earlier space versions stay in the evidence when they fit this one
                 proposed = proposer.propose([r for r in ledger.records() if fits(space, r.recipe)], 1)
+                if hasattr(proposer, "warm_state") and proposer.warm_state() is not None:
+                    ledger.put("proposer_warm", proposer.warm_state())
                 if not proposed:
                     reason = "the search space has no recipe left that the study has not run"
                     break

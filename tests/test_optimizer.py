@@ -245,6 +245,36 @@ def test_proposer_acquisition_uses_the_stated_reference_point() -> None:
         BoTorchProposer(space, objectives=objectives, ref_point={"h": 1.0})
 
 
+def test_saved_hyperparameters_resume_a_proposer_warm(micro_project, tmp_path) -> None:
+    """A resumed search's proposer loads the last fit (saved in the study as JSON) and proposes what
+    the uninterrupted one would; a state of another space is ignored."""
+    from sro.config import load_project
+    from sro.ledger import Ledger
+
+    space = RecipeSpace([Param("x", "float", 0.0, 1.0), Param("y", "float", 0.0, 1.0)])
+    objectives = [("f", "max"), ("g", "max")]
+    recs = [TrialRecord(i, "complete", Recipe(v), {"f": v["x"] * v["y"], "g": (1 - v["x"]) + 0.3 * v["y"]}, {})
+            for i, v in enumerate(space.sobol(11, seed=0))]
+    first = BoTorchProposer(space, seed=0, objectives=objectives, refine=0, pool_size=300)
+    assert first.warm_state() is None
+    first.propose(recs[:10], 1)
+    ledger = Ledger(load_project(micro_project()), tmp_path / "run")
+    ledger.put("proposer_warm", first.warm_state())  # through the study's JSON storage
+    resumed = BoTorchProposer(space, seed=0, objectives=objectives, refine=0, pool_size=300)
+    assert resumed.load_warm_state(ledger.get("proposer_warm"))
+    # 11 trials ≤ 10 × (1 + refit_growth): neither refits, so both use the same hyperparameters,
+    # where a fresh proposer fits its own on the 11 trials
+    assert [r.key for r in resumed.propose(recs, 2)] == [r.key for r in first.propose(recs, 2)]
+    assert resumed.warm_state() == first.warm_state() and resumed.warm_state()["n"] == 10
+    fresh = BoTorchProposer(space, seed=0, objectives=objectives, refine=0, pool_size=300)
+    fresh.propose(recs, 1)
+    assert fresh.warm_state()["n"] == 11 and fresh.warm_state()["hypers"] != first.warm_state()["hypers"]
+    other = BoTorchProposer(RecipeSpace([Param("x", "float", 0.0, 2.0), Param("y", "float", 0.0, 1.0)]),
+                            seed=0, objectives=objectives)
+    assert not other.load_warm_state(ledger.get("proposer_warm"))
+    assert not BoTorchProposer(space, objectives=[("f", "max")]).load_warm_state(first.warm_state())
+
+
 # --- Optuna ----------------------------------------------------------------------------------------
 class _SROSamplerFixture:
     """Optuna's suites ask each sampler for a `sampler` fixture: a factory of fresh samplers."""

@@ -32,6 +32,7 @@ score each candidate jointly with the pending picks (`max_iep`), instead of re-p
 
 from __future__ import annotations
 
+import json
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -139,6 +140,33 @@ class BoTorchProposer:
         self.encoder = RecipeEncoder(space)
         self._names = {p.name for p in space.params} | {m for s in space.simplexes for m in s.members}
 
+    # --- the GP's hyperparameters across restarts ---------------------------------------------------
+    def _fingerprint(self) -> str:
+        """What the saved hyperparameters belong to: the space's parameters and the objectives."""
+        d = self.space.to_dict()
+        return json.dumps({"params": d.get("params"), "simplexes": d.get("simplexes"),
+                           "objectives": self.objectives}, sort_keys=True, default=str)
+
+    def warm_state(self) -> dict[str, Any] | None:
+        """The last GP fit's hyperparameters as JSON-able data (None before the first fit), for a
+        resumed search to start warm (`load_warm_state`) instead of refitting from the prior."""
+        if self._warm is None:
+            return None
+        return {"fingerprint": self._fingerprint(), "n": self._warm["n"], "shape": list(self._warm["shape"]),
+                "hypers": {k: v.tolist() for k, v in self._warm["hypers"].items()}}
+
+    def load_warm_state(self, state: dict[str, Any] | None) -> bool:
+        """Start from hyperparameters saved by `warm_state`; False (state ignored) when they belong to
+        another space or objectives, or cannot be read."""
+        if not state or state.get("fingerprint") != self._fingerprint():
+            return False
+        try:
+            hypers = {k: torch.tensor(v, dtype=torch.float64) for k, v in state["hypers"].items()}
+            self._warm = {"shape": tuple(state["shape"]), "hypers": hypers, "n": int(state["n"])}
+        except (KeyError, TypeError, ValueError):
+            return False
+        return True
+
     # --- the protocol -----------------------------------------------------------------------------
     def propose(self, history: Sequence[TrialRecord], n: int = 1) -> list[Recipe]:
         """Up to `n` new recipes, none with the `Recipe.key` of a trial in `history` (any state)."""
@@ -208,15 +236,22 @@ class BoTorchProposer:
         # dozen trials that prior's long lengthscales extrapolate trends to the cube's corners, and
         # the search kept proposing corners (bench/optimizer.py, DTLZ2: median hypervolume 0.37 with
         # it, 0.56 with this kernel; BraninCurrin and the recipe problem unchanged within noise)
-        covar = get_matern_kernel_with_gamma_prior(X.shape[-1], batch_shape=torch.Size([Y.shape[-1]])
-                                                   if Y.shape[-1] > 1 else None)
-        model = SingleTaskGP(X, Y, covar_module=covar)  # Standardize(m) outcome transform by default
+        def prior_model() -> SingleTaskGP:  # Standardize(m) outcome transform by default
+            return SingleTaskGP(X, Y, covar_module=get_matern_kernel_with_gamma_prior(
+                X.shape[-1], batch_shape=torch.Size([Y.shape[-1]]) if Y.shape[-1] > 1 else None))
+
+        model = prior_model()
         iters = self.fit_iters
         if self._warm is not None and self._warm["shape"] == (X.shape[1], Y.shape[1]):
-            model.load_state_dict(self._warm["hypers"], strict=False)
-            if len(X) <= self._warm["n"] * (1 + self.refit_growth):
-                return model.eval()
-            iters = max(self.fit_iters // 4, 5)
+            try:
+                model.load_state_dict(self._warm["hypers"], strict=False)
+            except RuntimeError:  # saved hyperparameters of another shape (a loaded state): from the prior
+                self._warm = None
+                model = prior_model()
+            else:
+                if len(X) <= self._warm["n"] * (1 + self.refit_growth):
+                    return model.eval()
+                iters = max(self.fit_iters // 4, 5)
         try:
             fit_gpytorch_mll(ExactMarginalLogLikelihood(model.likelihood, model),
                              optimizer_kwargs={"options": {"maxiter": iters}})
