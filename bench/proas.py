@@ -10,7 +10,7 @@ mean of the last SMOOTH evaluations). Goal (issue 6): ProAS reaches the threshol
 (median over seeds) with final success no lower; the corrupted graph no worse than GRPO (reaches it no
 later, final no lower).
 
-Run from the repo root: `.venv/bin/python bench/proas.py` (10 seeds, one process per core: about 8 min on 2 cores;
+Run from the repo root: `.venv/bin/python bench/proas.py` (10 seeds, one process per core: about 7.5 min on 2 cores, 444 s measured;
 env BENCH_SEEDS, BENCH_ITERS to resize; BENCH_METHODS to run a subset, BENCH_PROAS='{"lam": 0.25}' to change ProAS's
 settings, BENCH_MAX_STEPS, BENCH_LR, BENCH_TRAIN_GAMES, BENCH_JOBS to override the settings below).
 """
