@@ -34,7 +34,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch  # noqa: E402
 
 from evaluators.calibration import calibration_report  # noqa: E402
-from proas import GAMES, base_model, tasks  # noqa: E402
+from proas import GAMES, base_model, prepare, tasks  # noqa: E402
 from trainers.grpo import GRPOConfig  # noqa: E402
 from trainers.models import load_policy  # noqa: E402
 from trainers.multiturn import MultiTurnConfig, MultiTurnTrainer, confidence_records, play_episodes  # noqa: E402
@@ -88,9 +88,7 @@ def main() -> int:
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     t0 = time.time()
     train, held = tasks({"confidence": True}, TRAIN_GAMES)
-    for g in range(TRAIN_GAMES):  # generate (or find cached) the games once, before the workers start
-        train.game_path(g)
-    base = base_model(train)
+    base = prepare(train)
     model, tok = load_policy(base, "cpu")
     rows: dict[str, list[dict[str, float]]] = {"base": [flat(held_out_report(model, tok, held))],
                                                "without term": [], "with term": []}

@@ -60,10 +60,10 @@ ITERS = int(os.environ.get("BENCH_ITERS", "12"))
 EPISODES_PER_ITER = 32  # 4 games x groups of 8
 THRESHOLD = float(os.environ.get("BENCH_THRESHOLD", "0.8"))
 EVAL_EPISODES = 8
-JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, os.cpu_count() or 1))))
-"""Worker processes (one torch thread each)."""
 """Sampled episodes per held-out game at each evaluation (temperature 1, fixed seed): 64 a time, so
 held-out success moves in steps of 1/64 (binomial SE about 0.055 at 0.75)."""
+JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, os.cpu_count() or 1))))
+"""Worker processes (one torch thread each)."""
 SMOOTH = 3
 """Evaluations averaged for the smoothed curve (192 episodes, SE about 0.03): a single evaluation's
 first crossing of the threshold is mostly noise (docs/agent.md)."""
@@ -94,6 +94,14 @@ def base_model(train: TextWorldTask, spec: TinySpec = PRETRAIN) -> Path:
                           derive_seed(0, "train", "agent", "pretrain"))
     pairs = [(it.question, it.answer) for it in other.items(2000)]
     return ensure_tiny(pairs, "runs/.cache", spec)
+
+
+def prepare(train: TextWorldTask) -> Path:
+    """Generate (or find cached) every training game and the base model once, before worker processes
+    start and would each build them; returns the base model's path."""
+    for g in range(train.n_games):
+        train.game_path(g)
+    return base_model(train)
 
 
 def held_out_success(model, tok, held: TextWorldTask) -> float:
@@ -138,9 +146,7 @@ def main() -> int:
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     t0 = time.time()
     train, held = tasks()
-    for g in range(TRAIN_GAMES):  # generate (or find cached) the games once, before the workers start
-        train.game_path(g)
-    base_model(train)
+    prepare(train)
     never = (ITERS + 1) * EPISODES_PER_ITER  # an unreached threshold counts as one iteration past the budget
     chosen = [m for m in METHODS if m in os.environ.get("BENCH_METHODS", ",".join(METHODS)).split(",")]
     rows: dict[str, list[dict]] = {m: [] for m in chosen}

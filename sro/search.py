@@ -146,8 +146,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             else:
                 # trials of earlier space versions stay in the evidence when they fit this one
                 proposed = proposer.propose([r for r in ledger.records() if fits(space, r.recipe)], 1)
-                if hasattr(proposer, "warm_state") and proposer.warm_state() is not None:
-                    ledger.put("proposer_warm", proposer.warm_state())
+                warm = proposer.warm_state() if hasattr(proposer, "warm_state") else None
+                if warm is not None:
+                    ledger.put("proposer_warm", warm)
                 if not proposed:
                     reason = "the search space has no recipe left that the study has not run"
                     break

@@ -52,7 +52,7 @@ from gpytorch.mlls import ExactMarginalLogLikelihood
 
 from sro.ledger import TrialRecord
 from sro.optimizer.encoding import RecipeEncoder, sobol_pool
-from sro.optimizer.hypervolume import reference_point, study_reference_point
+from sro.optimizer.hypervolume import study_reference_point
 from sro.proposers import PROPOSERS, sobol_recipes
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
@@ -362,7 +362,7 @@ class BoTorchProposer:
         if Y.shape[1] == 1:
             return qLogNoisyExpectedImprovement(model, X_baseline=base, sampler=sampler, X_pending=X_pending,
                                                 prune_baseline=False)
-        ref = study_reference_point(Y, self.objectives or [], self.ref_point) if self.ref_point else reference_point(Y)
+        ref = study_reference_point(Y, self.objectives or [], self.ref_point)
         return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=ref, X_baseline=base,
                                                        sampler=sampler, X_pending=X_pending,
                                                        prune_baseline=False, max_iep=max_pending)
