@@ -18,9 +18,10 @@
 6) pick `n` of them greedily by qLogNEHVI (Ament et al. 2023, "Unexpected Improvements to Expected
    Improvement for Bayesian Optimization", arXiv 2310.20708; the noisy hypervolume criterion of
    Daulton et al. 2021, arXiv 2105.08195), the earlier picks passed as `X_pending`, the reference
-   point inferred from the data (`hypervolume.reference_point`: 10% of each objective's observed range
-   below its worst value) unless the project states the worst acceptable values (`ref_point`). With a
-   single objective the same role is played by qLogNEI.
+   point inferred from the data (`hypervolume.study_reference_point(front=True)`: 10% of the observed
+   Pareto front's range below its nadir; for the cost, 10% of its observed range above the dearest
+   trial) unless the project states the worst acceptable values (`ref_point`). With a single
+   objective the same role is played by qLogNEI.
 
 The acquisition is only evaluated on decoded recipes: the screened pool in chunks without gradients,
 and the refined points after decoding (an int is rounded, an inactive parameter dropped), so it never
@@ -99,7 +100,8 @@ class BoTorchProposer:
         ref_point: the worst acceptable value of some objectives, in their own units and directions
             (e.g. {"math/acc": 0.3, "cost": 3600}): the acquisition counts hypervolume only above it.
             Objectives it does not name get the reference point inferred from the data (10% of the
-            observed range below the worst value). Needs `objectives`.
+            observed Pareto front's range below its nadir; the cost 10% above the dearest trial).
+            Needs `objectives`.
         extra: an extra candidate source (`ExtraSource`), called once per model-based proposal. Its
             recipes join the pool (and always pass the pre-screen) if `space.validate` accepts them and
             the study has not run them; invalid ones are skipped with a warning, and so is a source
@@ -362,7 +364,7 @@ class BoTorchProposer:
         if Y.shape[1] == 1:
             return qLogNoisyExpectedImprovement(model, X_baseline=base, sampler=sampler, X_pending=X_pending,
                                                 prune_baseline=False)
-        ref = study_reference_point(Y, self.objectives or [], self.ref_point)
+        ref = study_reference_point(Y, self.objectives or [], self.ref_point, front=True)
         return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=ref, X_baseline=base,
                                                        sampler=sampler, X_pending=X_pending,
                                                        prune_baseline=False, max_iep=max_pending)

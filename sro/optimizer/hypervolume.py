@@ -11,6 +11,16 @@ is worse than everything before it moves the reference point, so the history is 
 (it is cheap: a few ms per step for tens of trials) and stored whole. Where the project states a
 reference point (`reference_point:` in its YAML: the worst acceptable value of some objectives), those
 values are used instead (`study_reference_point`).
+
+The acquisition infers its reference point from the *Pareto front* instead (`front_reference_point`,
+botorch's `infer_reference_point`: the front's nadir, 10% of the front's range below it), except for
+the cost, which keeps the worst-value rule (`study_reference_point(front=True)`). The worst observed
+values are a poor guide to where a score's improvement matters: on a concave front a few extreme
+trials (one objective at its best, the other far off) stretch that point so far out that the volume
+behind the front's ends dwarfs the middle, and the search kept extending the ends. For the cost the
+front's nadir is the wrong guess the other way: it is the price of the dearest Pareto recipe, so a
+dearer recipe would count for nothing and the search would never learn that training longer pays.
+Measured in docs/optimizer.md (bench/optimizer.py).
 """
 
 from __future__ import annotations
@@ -19,6 +29,7 @@ from collections.abc import Mapping, Sequence
 
 import torch
 from botorch.utils.multi_objective.box_decompositions.dominated import DominatedPartitioning
+from botorch.utils.multi_objective.hypervolume import infer_reference_point
 from botorch.utils.multi_objective.pareto import is_non_dominated
 
 from sro.ledger import TrialRecord
@@ -35,12 +46,28 @@ def reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
     return lo - margin * span
 
 
+def front_reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
+    """(n, m) observed outcomes, maximization frame → (m,) point `margin` × the Pareto front's range
+    below the front's nadir (botorch's `infer_reference_point`); every Pareto point dominates it."""
+    return infer_reference_point(Y[is_non_dominated(Y)], scale=margin)
+
+
 def study_reference_point(Y: torch.Tensor, objectives: Sequence[tuple[str, str]],
-                          given: Mapping[str, float] | None = None) -> torch.Tensor:
+                          given: Mapping[str, float] | None = None, front: bool = False) -> torch.Tensor:
     """(m,) reference point in the maximization frame: the user's worst acceptable value of an
     objective where `given` names it (natural units and direction, e.g. {"cost": 3600}), else inferred
-    from the data as in `reference_point`. Y: (n, m) observed outcomes, maximization frame."""
-    ref = reference_point(Y) if len(Y) else torch.zeros(len(objectives), dtype=torch.float64)
+    from the data: below the worst values (`reference_point`), or, where `front` (the acquisition's),
+    below the Pareto front's nadir (`front_reference_point`) for every objective but "cost".
+    Y: (n, m) observed outcomes, maximization frame."""
+    if not len(Y):
+        ref = torch.zeros(len(objectives), dtype=torch.float64)
+    elif front:
+        ref = front_reference_point(Y)
+        for j, (key, _) in enumerate(objectives):
+            if key == "cost":  # the dearest Pareto recipe is no limit on what a better one may cost
+                ref[j] = reference_point(Y)[j]
+    else:
+        ref = reference_point(Y)
     for j, (key, d) in enumerate(objectives):
         if given and key in given:
             ref[j] = float(given[key]) * (1.0 if d == "max" else -1.0)
