@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from evaluators.sources import Item, SourceSpec, Task, derive_seed, make_task, normalize
 
@@ -28,10 +29,11 @@ class Benchmark:
 
     @classmethod
     def build(cls, name: str, spec: SourceSpec, size: int, project_seed: int, domain: str,
-              metric: str = "accuracy") -> Benchmark:
-        """Draw `size` items with a held-out seed (never used by a training source)."""
+              metric: str = "accuracy", cache_dir: Path | None = None) -> Benchmark:
+        """Draw `size` items with a held-out seed (never used by a training source); `cache_dir` as in
+        `make_task`."""
         seed = derive_seed(project_seed, "heldout", domain, name)
-        task = make_task(spec, seed)
+        task = make_task(spec, seed, cache_dir)
         return cls(name, task, task.items(size), metric)
 
     def questions(self) -> set[str]:

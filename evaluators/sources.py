@@ -136,7 +136,9 @@ class JsonlTask(Task):
             return 0.0
 
 
-def make_task(spec: SourceSpec, seed: int) -> Task:
+def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Task:
+    """The task of a source. `cache_dir`: where generated artefacts live (textworld games go to
+    `cache_dir/textworld`; default `$SRO_CACHE_DIR`, else `runs/.cache`)."""
     if spec.kind == "reasoning_gym":
         return ReasoningGymTask(spec, seed)
     if spec.kind == "jsonl":
@@ -144,7 +146,7 @@ def make_task(spec: SourceSpec, seed: int) -> Task:
     if spec.kind == "textworld":
         from evaluators.textworld_env import TextWorldTask  # lazy: textworld is heavy to import
 
-        return TextWorldTask(spec, seed)
+        return TextWorldTask(spec, seed, Path(cache_dir) / "textworld" if cache_dir is not None else None)
     raise SourceSpecError(
         f"{spec.kind} sources are not available in this version; use reasoning_gym or jsonl", spec.kind
     )

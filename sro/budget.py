@@ -68,6 +68,9 @@ class Budget:
             value = float(m.group(1)) * scale
             if value <= 0:
                 raise BudgetError(f"budget {term.strip()!r} must be positive; {HELP}")
+            if field == "trials" and value != int(value):
+                raise BudgetError(f"budget {term.strip()!r}: trials are counted whole; write e.g. "
+                                  f"{max(1, int(value))}trials")
             if field in limits:
                 raise BudgetError(f"budget {text!r} sets {field} twice; {HELP}")
             limits[field] = value

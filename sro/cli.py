@@ -128,21 +128,40 @@ def report(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None
     console.print(f"report: {out}")
 
 
+def _front_numbers(records: list, objectives: list[tuple[str, str]]) -> set[int]:
+    """Numbers of the complete trials on the Pareto front of the project's objectives."""
+    import numpy as np
+
+    from sro.pareto import pareto_mask
+
+    done = [r for r in records if r.state == "complete" and all(r.value(k) == r.value(k) for k, _ in objectives)]
+    if not done:
+        return set()
+    pts = np.array([[r.value(k) for k, _ in objectives] for r in done], dtype=float)
+    mask = pareto_mask(pts, [d == "max" for _, d in objectives])
+    return {r.number for r, on in zip(done, mask) if on}
+
+
 def _show_table(run_dir: Path) -> None:
     from sro.report import _load
 
     data, records, info = _load(run_dir)
     base = info["base_scores"]
     keys = [k for o in data["objectives"] for k in o if k != "cost"]
+    front = _front_numbers(records, [next(iter(o.items())) for o in data["objectives"]])
     t = Table(title=f"{data['name']}: {len(records)} trials")
-    for h in ["trial", "state", *keys, "cost s"]:
+    for h in ["trial", "state", *keys, "cost s", "front"]:
         t.add_column(h, justify="right")
     if base:
-        t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys], "", style="bold red")
+        t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys], "", "", style="bold red")
     for r in records:
         t.add_row(str(r.number), r.state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
-                  f"{r.cost.get('wall_s', 0):.0f}", style="green" if r.beats(base) else None)
+                  f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "",
+                  style="green" if r.beats(base) else None)
     console.print(t)
+    if front:
+        console.print(f"front (*): trials {', '.join(map(str, sorted(front)))} — no other complete trial is at least "
+                      "as good on every objective and better on one", highlight=False)
     from sro.optimizer.hypervolume import sparkline
     from sro.pruning import saved_budget
 
@@ -159,7 +178,7 @@ def _show_table(run_dir: Path) -> None:
 
 @app.command()
 def show(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None:
-    """Print RUN_DIR's trials as a table (green: beats the base model on every benchmark)."""
+    """Print RUN_DIR's trials as a table (green: beats the base model on every benchmark; *: on the Pareto front)."""
     try:
         _show_table(run_dir)
     except _user_errors() as e:
@@ -187,7 +206,12 @@ def export(
     doc = {"project": data, "recipe": r.recipe.to_dict(), "scores": r.scores, "trial": r.number}
     text = yaml.safe_dump(doc, sort_keys=False)
     if out:
-        out.write_text(text)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        except OSError as e:
+            _fail(f"cannot write {out}: {e.strerror or e}; pass --out a writable file path")
+            return
         console.print(f"wrote {out}")
     else:
         sys.stdout.write(text)
@@ -199,22 +223,28 @@ def train(
     runs: Annotated[Path, typer.Option(help="folder for the model cache")] = Path("runs"),
 ) -> None:
     """Run one recipe outside a search and print its held-out scores next to the base model's."""
-    from pydantic import ValidationError
-
-    from sro.config import ConfigError, ProjectConfig
-    from sro.executor import SearchContext, TrialFailed, run_trial
+    from sro.config import ConfigError, project_from_data
+    from sro.executor import SearchContext, TrialFailed, run_trial, trainer_config
     from sro.recipe import Recipe
 
     try:
-        doc = yaml.safe_load(recipe.read_text()) if recipe.is_file() else None
-        if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
-            raise ConfigError(f"{recipe}: not a recipe file; write one with `sro export RUN --trial N`")
+        if not recipe.is_file():
+            raise ConfigError(f"{recipe}: no such file; write one with `sro export RUN --trial N --out FILE`")
         try:
-            proj = ProjectConfig.model_validate(doc["project"])
-        except ValidationError as e:
-            raise ConfigError(f"{recipe}: project: {e.errors()[0]['msg']}") from None
+            doc = yaml.safe_load(recipe.read_text())
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{recipe}: malformed YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+        if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
+            raise ConfigError(f"{recipe}: not a recipe file (it needs `project:` and `recipe:`); "
+                              "write one with `sro export RUN --trial N --out FILE`")
+        proj = project_from_data(doc["project"], recipe.parent, f"{recipe}: project")
+        if not isinstance(doc["recipe"], dict) or not isinstance(doc["recipe"].get("values") or {}, dict):
+            raise ConfigError(f"{recipe}: recipe: must be a mapping with `values:` (and `fixed:`), "
+                              "as `sro export` writes it")
         rec = Recipe.from_dict(doc["recipe"])
+        trainer_config(rec, proj.seed, None)  # a bad recipe fails here, before the base model is scored
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
+        console.print("scoring the base model on the held-out benchmarks ...")
         base = ctx.score_base()
         out = run_trial(rec, ctx, on_step=lambda s, m: console.print(
             f"step {s}: reward {m.get('reward', float('nan')):.3f}", highlight=False) if s % 5 == 0 else None)

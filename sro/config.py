@@ -11,7 +11,7 @@ import difflib
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -74,14 +74,24 @@ class BenchmarkConfig(SourceConfig):
 
     name: str = Field(description="benchmark name, unique within its domain")
     size: int = Field(100, gt=0, description="number of held-out items")
-    metric: Literal["accuracy", "success", "score"] = Field(
-        "accuracy", description="what the score means: accuracy (single-turn items); success or score (textworld "
-        "episodes, one greedy episode per held-out game)")
+    metric: Literal["accuracy", "success", "score"] | None = Field(
+        None, description="what the score means: accuracy (single-turn items, the default there); success (the "
+        "default) or score (textworld episodes, one greedy episode per held-out game)")
     decontaminate: bool = Field(
         False, description="also drop this benchmark's exact questions from every training stream "
         "(held-out seeds are always disjoint; this matters for generators with a small problem space)")
 
     _name_ok = field_validator("name")(lambda v: _plain_name(v, "benchmark name"))
+
+    @model_validator(mode="after")
+    def _metric_fits_kind(self) -> BenchmarkConfig:
+        allowed = ("success", "score") if self.kind == "textworld" else ("accuracy",)
+        if self.metric is None:
+            self.metric = allowed[0]
+        elif self.metric not in allowed:
+            raise ValueError(f"metric {self.metric!r} does not apply to a {self.kind} benchmark; "
+                             f"use {' or '.join(allowed)} (or leave it out: {allowed[0]})")
+        return self
 
 
 class DomainConfig(_Strict):
@@ -162,9 +172,26 @@ class ProjectConfig(_Strict):
 
     _name_ok = field_validator("name")(lambda v: _plain_name(v, "name (a folder under runs/)"))
 
-    @field_validator("budget")
+    @field_validator("storage")
     @classmethod
-    def _budget_ok(cls, v: str) -> str:
+    def _storage_ok(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        from sqlalchemy.engine import make_url
+        from sqlalchemy.exc import ArgumentError
+
+        try:
+            make_url(v)
+        except ArgumentError:
+            raise ValueError(f"storage {v!r} is not an SQLAlchemy URL; write e.g. sqlite:///runs/study.db "
+                             "or leave it out (sqlite in runs/<name>/)") from None
+        return v
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget_ok(cls, v: Any) -> str:
+        if not isinstance(v, str):
+            raise ValueError(f"budget needs a unit, e.g. 20m, 2h or 8trials (got {v!r})")
         try:
             Budget.parse(v)
         except BudgetError as e:
@@ -184,6 +211,11 @@ class ProjectConfig(_Strict):
                 hint = difflib.get_close_matches(key, sorted(known), n=1)
                 fix = f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(sorted(known))}"
                 raise ValueError(f"objectives[{i}] names {key!r}, which is not a benchmark; {fix}")
+        turns = {d: {src.kind == "textworld" for src in dom.sources} for d, dom in self.domains.items()}
+        if any(len(k) > 1 for k in turns.values()) or len(set().union(*turns.values())) > 1:
+            agent = sorted(d for d, k in turns.items() if True in k)
+            raise ValueError(f"domains {', '.join(agent)} have textworld sources and other sources are single-turn "
+                             "items; a project cannot yet mix the two: put them in separate projects")
         names = [k for k, _ in self.objective_directions()]
         for key in self.reference_point:
             if key not in names:
@@ -204,6 +236,18 @@ class ProjectConfig(_Strict):
     def objective_directions(self) -> list[tuple[str, str]]:
         return [next(iter(o.items())) for o in self.objectives]
 
+    def portable_dump(self) -> dict[str, Any]:
+        """The project as plain data that reads the same from any folder: relative `jsonl:` paths made
+        absolute against the project's folder, unset keys left out (what `runs/<name>/project.yaml` and
+        `sro export` write)."""
+        data = self.model_dump(mode="json", exclude_none=True)
+        for dname, dom in self.domains.items():
+            for group in ("sources", "benchmarks"):
+                for item, src in zip(data["domains"][dname][group], getattr(dom, group)):
+                    if src.kind == "jsonl":
+                        item["jsonl"] = src.spec(self.base_dir).target
+        return data
+
 
 def _key_path(loc: tuple[Any, ...]) -> str:
     out = ""
@@ -215,10 +259,44 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+def _model_in(annotation: Any) -> tuple[type[BaseModel] | None, bool]:
+    """The pydantic model inside an annotation (`X`, `list[X]`, `dict[str, X]`, `X | None`) and whether
+    a dict key comes before it in an error's location."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation, False
+    keyed = get_origin(annotation) is dict
+    for arg in get_args(annotation):
+        model, _ = _model_in(arg)
+        if model is not None:
+            return model, keyed
+    return None, False
+
+
+def _known_keys(loc: tuple[Any, ...]) -> list[str]:
+    """The keys allowed where the last part of `loc` (an unknown key) sits; [] if it cannot be told."""
+    model: type[BaseModel] | None = ProjectConfig
+    skip_key = False
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        if skip_key:
+            skip_key = False
+            continue
+        field = model.model_fields.get(str(part)) if model is not None else None
+        if field is None:
+            return []
+        model, skip_key = _model_in(field.annotation)
+    return sorted(model.model_fields) if model is not None else []
+
+
 def _explain(err: dict[str, Any]) -> str:
     kind, msg = err["type"], err["msg"]
     if kind == "extra_forbidden":
-        return "unknown key; remove it or check its spelling (see README, 'The project YAML')"
+        known = _known_keys(tuple(err["loc"]))
+        hint = difflib.get_close_matches(str(err["loc"][-1]), known, n=1)
+        fix = (f"did you mean {hint[0]!r}?" if hint else f"known keys here: {', '.join(known)}") if known \
+            else "check its spelling (see README, 'The project YAML')"
+        return f"unknown key; {fix}"
     if kind == "missing":
         return "required key is missing; add it"
     if msg.startswith("Value error, "):
@@ -242,6 +320,8 @@ def _check_sources(project: ProjectConfig, base_dir: Path) -> None:
 def load_project(path: str | os.PathLike[str]) -> ProjectConfig:
     """Read and validate a project YAML; raise `ConfigError` with file, key path and fix."""
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder; pass the path of a project YAML (e.g. search_spaces/quickstart.yaml)")
     if not path.is_file():
         raise ConfigError(f"{path}: no such file; pass the path of a project YAML")
     try:
@@ -251,17 +331,29 @@ def load_project(path: str | os.PathLike[str]) -> ProjectConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{path}: {where}malformed YAML ({problem}); fix the syntax there") from None
+    return project_from_data(data, path.parent, str(path))
+
+
+def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -> ProjectConfig:
+    """Validate a project given as data (a parsed YAML mapping); relative paths resolve against
+    `base_dir`; errors are `ConfigError`s that start with `where` (a file, or `file: project`)."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping with name, domains, ...")
+        raise ConfigError(f"{where}: the top level must be a mapping with name, domains, ...")
     try:
         project = ProjectConfig.model_validate(data)
     except ValidationError as e:
         err = e.errors()[0]
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ConfigError(f"{path}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
+        raise ConfigError(f"{where}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
+    base_dir = Path(base_dir)
+    from trainers.models import looks_like_path
+
+    if looks_like_path(project.base_model) and not Path(project.base_model).expanduser().exists():
+        raise ConfigError(f"{where}: base_model: {project.base_model}: no such folder; give a local model "
+                          "folder that exists, an HF model id (org/name) or tiny")
     try:
-        _check_sources(project, path.parent)
+        _check_sources(project, base_dir)
     except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    project._base_dir = path.parent.resolve()
+        raise ConfigError(f"{where}: {e}") from None
+    project._base_dir = base_dir.resolve()
     return project

@@ -79,8 +79,9 @@ class SearchContext:
         for dname, dom in project.domains.items():
             for b in dom.benchmarks:
                 benchmarks[f"{dname}/{b.name}"] = Benchmark.build(
-                    b.name, b.spec(project.base_dir), b.size, project.seed, dname, b.metric)
-            tasks[dname] = [make_task(s.spec(project.base_dir), derive_seed(project.seed, "train", dname, i))
+                    b.name, b.spec(project.base_dir), b.size, project.seed, dname, b.metric, Path(cache_dir))
+            tasks[dname] = [make_task(s.spec(project.base_dir), derive_seed(project.seed, "train", dname, i),
+                                      Path(cache_dir))
                             for i, s in enumerate(dom.sources)]
         decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks if b.decontaminate}
         exclude = set().union(*(b.questions() for k, b in benchmarks.items() if k in decon))

@@ -87,7 +87,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     runs_root = Path(runs_root)
     run_dir = runs_root / project.name
     ledger = Ledger(project, run_dir)
-    (run_dir / "project.yaml").write_text(yaml.safe_dump(project.model_dump(mode="json"), sort_keys=False))
+    (run_dir / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
     history = ledger.records()
     done = [r for r in history if r.finished]
     if done:

@@ -40,7 +40,16 @@ def _src(d):
 
 def test_unknown_key(micro_project):
     msg = _err(micro_project, lambda d: d.update(sede=1))
-    assert "sede: unknown key" in msg
+    assert "sede: unknown key; did you mean 'seed'?" in msg
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(sizes=3))
+    assert "domains.arithmetic.benchmarks[0].sizes: unknown key; did you mean 'size'?" in msg
+    msg = _err(micro_project, lambda d: d.update(runtime={"zzz": 1}))
+    assert "runtime.zzz: unknown key; known keys here: device, eval_batch_size" in msg
+
+
+def test_budget_without_unit(micro_project):
+    msg = _err(micro_project, lambda d: d.update(budget=10))
+    assert "budget: budget needs a unit, e.g. 20m, 2h or 8trials (got 10)" in msg
 
 
 def test_wrong_type(micro_project):
@@ -118,7 +127,7 @@ def test_budget_parse(text, field, value):
     assert getattr(Budget.parse(text), field) == value
 
 
-@pytest.mark.parametrize("text", ["", "10", "ten minutes", "5parsecs", "-3m", "0trials", "2h,3h"])
+@pytest.mark.parametrize("text", ["", "10", "ten minutes", "5parsecs", "-3m", "0trials", "2h,3h", "0.5trials", "1.5trials"])
 def test_budget_rejects(text):
     with pytest.raises(BudgetError):
         Budget.parse(text)
@@ -136,3 +145,58 @@ def test_budget_accounting():
 def test_bad_project_name(micro_project):
     msg = _err(micro_project, lambda d: d.update(name="my run"))
     assert "name" in msg and "letters, digits" in msg
+
+
+def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
+    path = micro_project()
+    data = yaml.safe_load(path.read_text())
+    data["domains"]["arithmetic"]["benchmarks"][0].pop("metric", None)
+    data["domains"]["agent"] = {"sources": [{"textworld": "coin_collector"}],
+                                "benchmarks": [{"name": "coins", "textworld": "coin_collector", "size": 2}]}
+    data["objectives"] = []
+    # a textworld benchmark without a metric scores success; a single-turn one, accuracy
+    from sro.config import BenchmarkConfig
+    assert BenchmarkConfig.model_validate(data["domains"]["agent"]["benchmarks"][0]).metric == "success"
+    assert BenchmarkConfig.model_validate(data["domains"]["arithmetic"]["benchmarks"][0]).metric == "accuracy"
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(metric="success"))
+    assert "benchmarks[0]" in msg and "metric 'success' does not apply to a reasoning_gym benchmark; use accuracy" in msg
+
+
+def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
+    msg = _err(micro_project, lambda d: d["domains"].update(agent={
+        "sources": [{"textworld": "coin_collector"}],
+        "benchmarks": [{"name": "coins", "textworld": "coin_collector", "size": 2}]}))
+    assert "domains agent have textworld sources" in msg and "separate projects" in msg
+
+
+def test_storage_must_be_a_url(micro_project):
+    msg = _err(micro_project, lambda d: d.update(storage="notaurl"))
+    assert "storage: storage 'notaurl' is not an SQLAlchemy URL" in msg and "sqlite:///" in msg
+
+
+def test_folder_instead_of_project_file(tmp_path):
+    with pytest.raises(ConfigError, match="is a folder; pass the path of a project YAML"):
+        load_project(tmp_path)
+
+
+def test_portable_dump_makes_jsonl_paths_absolute(micro_project, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "x.jsonl").write_text('{"question": "1+1", "answer": "2"}\n')
+    path = micro_project()
+    data = yaml.safe_load(path.read_text())
+    data["domains"]["arithmetic"]["sources"] = [{"jsonl": "data/x.jsonl"}]
+    path.write_text(yaml.safe_dump(data))
+    dumped = load_project(path).portable_dump()
+    src = dumped["domains"]["arithmetic"]["sources"][0]
+    assert src == {"jsonl": str((tmp_path / "data" / "x.jsonl").resolve()), "config": {}}
+    # read back from another folder, it names the same file
+    from sro.config import project_from_data
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    again = project_from_data(dumped, other, "x")
+    assert again.domains["arithmetic"].sources[0].spec(again.base_dir).target == src["jsonl"]
+
+
+def test_missing_local_base_model_folder(micro_project):
+    msg = _err(micro_project, lambda d: d.update(base_model="/nonexistent/model"))
+    assert "base_model: /nonexistent/model: no such folder" in msg

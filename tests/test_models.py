@@ -36,8 +36,11 @@ def test_tiny_builds_caches_and_loads_as_hf_folder(tmp_path):
 
 
 def test_missing_model_is_a_clear_error(tmp_path):
-    with pytest.raises(ModelLoadError, match="cannot load"):
+    with pytest.raises(ModelLoadError, match="no-such-model: no such folder"):
         load_policy(str(tmp_path / "no-such-model"), device="cpu")
+    (tmp_path / "empty").mkdir()  # a folder that holds no model
+    with pytest.raises(ModelLoadError, match="cannot load"):
+        load_policy(str(tmp_path / "empty"), device="cpu")
 
 
 def test_weak_teacher_habit():

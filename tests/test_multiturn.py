@@ -272,3 +272,4 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     assert set(out.scores) == {"agent/coin"} and 0.0 <= out.scores["agent/coin"] <= 1.0
     assert len(out.curve) == 2 and "graph_edges" in out.curve[-1] and out.curve[-1]["episodes"] == 4
     assert out.metrics["env_errors"] == 0
+    assert list((tmp_path / "cache" / "textworld" / "coin_collector").glob("*.z8"))  # games cached beside the model

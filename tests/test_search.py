@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from sro.config import load_project
 from sro.ledger import Ledger
@@ -77,21 +78,32 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
 
     # show / export / report on the finished run
     r = run("show", str(runs / "micro"), cwd=tmp_path)
-    assert r.returncode == 0 and "base" in r.stdout
+    assert r.returncode == 0 and "base" in r.stdout and "front (*): trials" in r.stdout
     r = run("export", str(runs / "micro"), "--trial", "0", cwd=tmp_path)
     assert r.returncode == 0 and "recipe:" in r.stdout
     r = run("export", str(runs / "micro"), "--trial", "9", cwd=tmp_path)
     assert r.returncode == 2 and "no trial 9" in r.stderr
 
     # the exported recipe reproduces outside the search
-    recipe = tmp_path / "recipe.yaml"
+    recipe = tmp_path / "exported" / "recipe.yaml"  # --out creates the folder
     r = run("export", str(runs / "micro"), "--trial", "1", "--out", str(recipe), cwd=tmp_path)
-    assert r.returncode == 0
+    assert r.returncode == 0, r.stderr[-3000:]
     r = run("train", str(recipe), "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "arithmetic/add" in r.stdout and "base" in r.stdout
     r = run("train", str(project), cwd=tmp_path)  # a project file is not a recipe
     assert r.returncode == 2 and "not a recipe file" in r.stderr
+    # a bad recipe is refused in one line, before the base model is scored
+    doc = yaml.safe_load(recipe.read_text())
+    for change, needle in ((lambda d: d["recipe"]["values"].update(algorithm="ppo"), "is not a valid trainer config"),
+                           (lambda d: d.update(recipe=[1, 2]), "recipe: must be a mapping"),
+                           (lambda d: d["project"].update(sede=1), "project: sede: unknown key")):
+        bad = yaml.safe_load(yaml.safe_dump(doc))
+        change(bad)
+        (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+        r = run("train", str(tmp_path / "bad.yaml"), "--runs", str(runs), cwd=tmp_path)
+        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+        assert "scoring the base model" not in r.stdout
 
 
 def test_interrupted_trial_is_marked_and_kept_apart(micro_project, tmp_path):

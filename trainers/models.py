@@ -29,6 +29,11 @@ def pick_dtype(device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
+def looks_like_path(name_or_path: str) -> bool:
+    """A local path rather than an HF model id (`org/name`): starts with /, ./, ../ or ~."""
+    return str(name_or_path).startswith(("/", "./", "../", "~"))
+
+
 def load_tokenizer(name_or_path: str | os.PathLike[str]):
     from transformers import AutoTokenizer
 
@@ -48,6 +53,9 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto"):
 
     dev = pick_device(device)
     src = str(name_or_path)
+    if looks_like_path(src) and not Path(src).expanduser().exists():
+        raise ModelLoadError(f"{src}: no such folder; give a local model folder that exists, or an HF model id")
+    src = str(Path(src).expanduser()) if looks_like_path(src) else src
     if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and "/" not in src:
         raise ModelLoadError(f"{src!r} is neither a local folder nor an HF model id")
     tok = load_tokenizer(src)
