@@ -39,6 +39,10 @@ def test_config_for_pins_identity_and_validates():
         config_for("grpo", {"distill.teacher": "oracle"})
     with pytest.raises(ValueError, match="mode must be snapshot or ewma"):
         config_for("proximal_kl", {"prox.mode": "average"})
+    with pytest.raises(ValueError, match=r"recipe value lr='fast' must be a number"):
+        config_for("grpo", {"lr": "fast"})
+    with pytest.raises(ValueError, match=r"recipe value optimizer=3 must be a name"):
+        config_for("grpo", {"optimizer": 3})
 
 
 class _Echo:

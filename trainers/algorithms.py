@@ -161,6 +161,12 @@ def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
     if "eps" in values:  # a symmetric clip range in the recipe
         cfg.setdefault("eps_low", values["eps"])
         cfg.setdefault("eps_high", values["eps"])
+    for k, v in cfg.items():  # a recipe value of the wrong type, named before GRPOConfig trips over it
+        want = type(getattr(GRPOConfig, k, None))
+        if want in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise ValueError(f"recipe value {k}={v!r} must be a number")
+        if want is str and not isinstance(v, str):
+            raise ValueError(f"recipe value {k}={v!r} must be a name (text)")
     cfg.update(algo.fixed)
     cfg.update(runtime)
     for prefix, cls in NESTED.items():
