@@ -1,10 +1,10 @@
-# SRO: `make setup` builds .venv; `make demo` runs the quickstart search; `make test` runs the suite.
+# SRO: `make setup` builds .venv; `make demo` runs the quickstart and agent searches; `make test` runs the suite.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test clean
+.PHONY: setup demo demo-quickstart demo-agent test clean
 
 setup: $(STAMP)
 
@@ -15,11 +15,20 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,bench]'
 	touch $(STAMP)
 
+# the quickstart (two single-turn domains, 8 trials), then the agent example (TextWorld coin
+# collector, multi-turn trainer, 5 minutes of trials): about 11 minutes on 2 cores from a fresh clone
 demo: setup
 	$(BIN)/sro search search_spaces/quickstart.yaml
+	$(BIN)/sro search search_spaces/agent.yaml --budget 5m
+
+demo-quickstart: setup
+	$(BIN)/sro search search_spaces/quickstart.yaml
+
+demo-agent: setup
+	$(BIN)/sro search search_spaces/agent.yaml --budget 5m
 
 test: setup
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf runs/quickstart runs/.cache
+	rm -rf runs/quickstart runs/agent runs/.cache

@@ -32,7 +32,7 @@ class TrialRecord:
     """A trial as the report and the proposers see it."""
 
     number: int
-    state: str  # complete | failed | interrupted | running | pruned | collapsed (the last two: `END_EARLY`)
+    state: str  # complete | failed | interrupted | running | pruned | collapsed | stopped (the last three: `END_EARLY`)
     recipe: Recipe
     scores: dict[str, float] = field(default_factory=dict)
     cost: dict[str, float] = field(default_factory=dict)
@@ -58,7 +58,7 @@ class TrialRecord:
         return self.state == "complete" and beats_base(self.scores, base)
 
 
-END_EARLY = ("pruned", "collapsed")
+END_EARLY = ("pruned", "collapsed", "stopped")
 """States of a trial stopped before the end of its training (`Ledger.end_early`), its partial results kept."""
 
 
@@ -157,7 +157,8 @@ class Ledger:
     def end_early(self, trial: optuna.Trial, state: str, scores: dict[str, float], cost: dict[str, float],
                   curve: list[dict[str, float]], message: str = "") -> None:
         """A trial stopped before the end of its training, as `state` in `END_EARLY` ("pruned": dominated
-        at an intermediate evaluation; "collapsed": training collapsed). Its partial `scores` and `cost`
+        at an intermediate evaluation; "collapsed": training collapsed; "stopped": the wall-clock budget
+        ran out during its training). Its partial `scores` and `cost`
         are kept; it counts as finished (never run again) and is not on the Pareto front (Optuna state
         PRUNED)."""
         if state not in END_EARLY:

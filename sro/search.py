@@ -24,6 +24,7 @@ from sro.proposers import PROPOSERS
 from sro.pruning import Pruner, TrialPruned, pruned_cost
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
+from trainers.grpo import GRPOConfig
 
 
 @dataclass
@@ -154,7 +155,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     break
                 recipe = proposed[0]
             trial = ledger.start(recipe, space)
-            step_task = progress.add_task(f"trial {trial.number}", total=int(recipe.get("steps", 1)), info="")
+            step_task = progress.add_task(f"trial {trial.number}", total=int(recipe.get("steps", GRPOConfig.steps)), info="")
             curve: list[dict[str, float]] = []
 
             def on_step(step: int, m: dict[str, float]) -> None:
@@ -165,15 +166,23 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
 
             remaining = budget.remaining_wall_s(spent)
             t_start = time.monotonic()
-            steps = int(recipe.get("steps", 1))
+            steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
             hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
                                lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
             try:
                 out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
-                ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
-                mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base) else ""
-                progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
-                                       f"({out.cost['wall_s']:.0f}s) {mark}")
+                if remaining is not None and len(out.curve) < steps:
+                    # the budget ran out mid-training: these are the scores of a shorter recipe, kept
+                    # apart from the complete trials (not on the front, not a model's training point)
+                    msg = (f"stopped by the wall-clock budget at step {len(out.curve)} of {steps}; "
+                           "its scores are those of the partial training")
+                    ledger.end_early(trial, "stopped", out.scores, out.cost, out.curve, msg)
+                    progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
+                else:
+                    ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
+                    mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base) else ""
+                    progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
+                                           f"({out.cost['wall_s']:.0f}s) {mark}")
             except KeyboardInterrupt:
                 ledger.interrupt(trial, curve)
                 progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "

@@ -52,3 +52,25 @@ def test_sft_then_rl_recipe_reports_its_stage(micro_project, tmp_path):
     assert len(done) == 2
     for t in done:
         assert t.metrics["sft_steps"] == 3 and t.metrics["sft_samples"] == 12
+
+
+@pytest.mark.slow
+def test_trial_cut_by_the_wall_clock_budget_is_kept_apart(micro_project, tmp_path, monkeypatch):
+    """A trial whose training the wall-clock budget cut short is not a result of its recipe: it is
+    recorded as "stopped" with its partial scores, off the front, and the search ends."""
+    import sro.search
+    from sro.executor import TrialOutcome
+
+    def short_run(recipe, ctx, max_seconds=None, **kw):  # training stopped by max_seconds after 1 step
+        assert max_seconds is not None and max_seconds > 0
+        return TrialOutcome({"arithmetic/add": 0.5}, {"wall_s": 3600.0}, [{"reward": 0.1, "loss": 0.0}], {})
+
+    monkeypatch.setattr(sro.search, "run_trial", short_run)
+    runs = tmp_path / "runs"
+    (runs / "cut").mkdir(parents=True)
+    (runs / "cut" / "space.yaml").write_text(SPACE.format(fixed="seed: 0"))
+    summary = run_search(load_project(micro_project("cut")), Budget.parse("1h"), runs, "random", Console(quiet=True))
+    (t,) = summary.trials
+    assert t.state == "stopped" and t.scores == {"arithmetic/add": 0.5}
+    assert "stopped by the wall-clock budget at step 1 of" in t.message
+    assert not t.beats({"arithmetic/add": 0.0})  # never on the front, however good its partial scores
