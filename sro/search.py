@@ -155,7 +155,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     break
                 recipe = proposed[0]
             trial = ledger.start(recipe, space)
-            step_task = progress.add_task(f"trial {trial.number}", total=int(recipe.get("steps", GRPOConfig.steps)), info="")
+            steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
+            step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
             curve: list[dict[str, float]] = []
 
             def on_step(step: int, m: dict[str, float]) -> None:
@@ -166,7 +167,6 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
 
             remaining = budget.remaining_wall_s(spent)
             t_start = time.monotonic()
-            steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
             hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
                                lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
             try:
