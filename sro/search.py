@@ -127,9 +127,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     pruner = Pruner(objectives, tuple(pc.at), pc.items, pc.min_dominating, pc.min_steps) if (
         pc.enabled if pruning is None else pruning) else None
 
-    # recipes whose process died mid-trial run again first
-    finished_keys = {r.recipe.key for r in history if r.finished}
-    retry = [r.recipe for r in history if r.state == "interrupted" and r.recipe.key not in finished_keys]
+    # recipes whose process died mid-trial, or whose training the wall-clock budget cut short, run again first
+    finished_keys = {r.recipe.key for r in history if r.finished and r.state != "stopped"}
+    retry = [r.recipe for r in history if r.state in ("interrupted", "stopped") and r.recipe.key not in finished_keys]
     retry = list({r.key: r for r in retry}.values())
 
     progress = _progress(console)

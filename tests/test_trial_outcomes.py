@@ -74,3 +74,12 @@ def test_trial_cut_by_the_wall_clock_budget_is_kept_apart(micro_project, tmp_pat
     assert t.state == "stopped" and t.scores == {"arithmetic/add": 0.5}
     assert "stopped by the wall-clock budget at step 1 of" in t.message
     assert not t.beats({"arithmetic/add": 0.0})  # never on the front, however good its partial scores
+
+    # a bigger budget runs the stopped recipe again first, to the end this time
+    def full_run(recipe, ctx, max_seconds=None, **kw):
+        return TrialOutcome({"arithmetic/add": 0.6}, {"wall_s": 60.0}, [{"reward": 0.1}] * int(recipe.get("steps")), {})
+
+    monkeypatch.setattr(sro.search, "run_trial", full_run)
+    summary = run_search(load_project(micro_project("cut")), Budget.parse("2h,2trials"), runs, "random", Console(quiet=True))
+    assert [r.state for r in summary.trials] == ["stopped", "complete"]
+    assert summary.trials[1].recipe.key == t.recipe.key and summary.trials[1].scores == {"arithmetic/add": 0.6}
