@@ -128,27 +128,14 @@ def report(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None
     console.print(f"report: {out}")
 
 
-def _front_numbers(records: list, objectives: list[tuple[str, str]]) -> set[int]:
-    """Numbers of the complete trials on the Pareto front of the project's objectives."""
-    import numpy as np
-
-    from sro.pareto import pareto_mask
-
-    done = [r for r in records if r.state == "complete" and all(r.value(k) == r.value(k) for k, _ in objectives)]
-    if not done:
-        return set()
-    pts = np.array([[r.value(k) for k, _ in objectives] for r in done], dtype=float)
-    mask = pareto_mask(pts, [d == "max" for _, d in objectives])
-    return {r.number for r, on in zip(done, mask) if on}
-
-
 def _show_table(run_dir: Path) -> None:
+    from sro.pareto import front_numbers
     from sro.report import _load
 
     data, records, info = _load(run_dir)
     base = info["base_scores"]
     keys = [k for o in data["objectives"] for k in o if k != "cost"]
-    front = _front_numbers(records, [next(iter(o.items())) for o in data["objectives"]])
+    front = front_numbers(records, [next(iter(o.items())) for o in data["objectives"]])
     t = Table(title=f"{data['name']}: {len(records)} trials")
     for h in ["trial", "state", *keys, "cost s", "front"]:
         t.add_column(h, justify="right")

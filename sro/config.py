@@ -346,9 +346,9 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise ConfigError(f"{where}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
     base_dir = Path(base_dir)
-    from trainers.models import looks_like_path
+    from trainers.models import missing_local_folder
 
-    if looks_like_path(project.base_model) and not Path(project.base_model).expanduser().exists():
+    if missing_local_folder(project.base_model):
         raise ConfigError(f"{where}: base_model: {project.base_model}: no such folder; give a local model "
                           "folder that exists, an HF model id (org/name) or tiny")
     try:

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    from sro.ledger import TrialRecord
 
 
 def pareto_mask(points: np.ndarray, maximize: list[bool]) -> np.ndarray:
@@ -16,3 +22,13 @@ def pareto_mask(points: np.ndarray, maximize: list[bool]) -> np.ndarray:
     gt = (signed[None, :, :] > signed[:, None, :]).any(-1)
     dominated = (ge & gt).any(axis=1)
     return ~dominated
+
+
+def front_numbers(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]]) -> set[int]:
+    """Numbers of the complete trials on the Pareto front of `objectives` ((key, "max"|"min") pairs);
+    a trial without a value for every objective (recorded before the objectives changed) is left out."""
+    done = [r for r in records if r.state == "complete" and all(r.value(k) == r.value(k) for k, _ in objectives)]
+    if not done:
+        return set()
+    pts = np.array([[r.value(k) for k, _ in objectives] for r in done], dtype=float)
+    return {r.number for r, on in zip(done, pareto_mask(pts, [d == "max" for _, d in objectives])) if on}

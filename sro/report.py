@@ -13,7 +13,7 @@ import yaml
 from jinja2 import Template
 
 from sro.ledger import TrialRecord
-from sro.pareto import pareto_mask
+from sro.pareto import front_numbers, pareto_mask
 from sro.pruning import saved_budget
 
 _PAGE = Template("""<!doctype html>
@@ -114,9 +114,7 @@ def write_report(run_dir: str | Path) -> Path:
     base = info["base_scores"]
     objectives = [next(iter(o.items())) for o in data["objectives"]]
     score_keys = [k for k, _ in objectives if k != "cost"]
-    done = [r for r in records if r.state == "complete"]
-    vals = np.array([[r.value(k) for k, _ in objectives] for r in done]) if done else np.zeros((0, len(objectives)))
-    front = set(np.array([r.number for r in done])[pareto_mask(vals, [d == "max" for _, d in objectives])].tolist()) if done else set()
+    front = front_numbers(records, objectives)
     params = sorted({k for r in records for k in r.recipe.values})
     header = ["trial", "state", "✔"] + score_keys + ["cost s", "samples"] + params
     rows = []
@@ -138,7 +136,7 @@ def write_report(run_dir: str | Path) -> Path:
     saved = saved_budget(records)
     spent = info["spent"]
     page = _PAGE.render(
-        name=data["name"], base_model=data.get("base_model", "tiny"), n_complete=len(done), n_total=len(records),
+        name=data["name"], base_model=data.get("base_model", "tiny"), n_complete=sum(r.state == "complete" for r in records), n_total=len(records),
         objectives=", ".join(f"{k} ({d})" for k, d in objectives),
         spent=f"{spent.wall_s:.0f}s wall, {spent.trials} trials",
         base_line="  ·  ".join(f"{k}: {v:.3f}" for k, v in base.items()) or "(not scored yet)",

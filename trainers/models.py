@@ -34,6 +34,11 @@ def looks_like_path(name_or_path: str) -> bool:
     return str(name_or_path).startswith(("/", "./", "../", "~"))
 
 
+def missing_local_folder(name_or_path: str) -> bool:
+    """A local path (`looks_like_path`) that does not exist."""
+    return looks_like_path(name_or_path) and not Path(name_or_path).expanduser().exists()
+
+
 def load_tokenizer(name_or_path: str | os.PathLike[str]):
     from transformers import AutoTokenizer
 
@@ -53,7 +58,7 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto"):
 
     dev = pick_device(device)
     src = str(name_or_path)
-    if looks_like_path(src) and not Path(src).expanduser().exists():
+    if missing_local_folder(src):
         raise ModelLoadError(f"{src}: no such folder; give a local model folder that exists, or an HF model id")
     src = str(Path(src).expanduser()) if looks_like_path(src) else src
     if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and "/" not in src:
