@@ -229,6 +229,7 @@ def train(
             raise ConfigError(f"{recipe}: recipe: must be a mapping with `values:` (and `fixed:`), "
                               "as `sro export` writes it")
         rec = Recipe.from_dict(doc["recipe"])
+        _check_recipe_keys(rec, proj, recipe)
         trainer_config(rec, proj.seed, None)  # a bad recipe fails here, before the base model is scored
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         console.print("scoring the base model on the held-out benchmarks ...")
@@ -246,6 +247,24 @@ def train(
     console.print(t)
     if out.metrics:
         console.print("  ".join(f"{k}={v:.4g}" for k, v in out.metrics.items()), highlight=False)
+
+
+def _check_recipe_keys(rec, proj, path: Path) -> None:
+    """A recipe key that no part of a trial reads (a typo such as `lrr`) is an error, not silently ignored."""
+    import difflib
+
+    from sro.config import ConfigError
+    from sro.executor import recipe_keys
+
+    known = recipe_keys(proj)
+    unknown = sorted((set(rec.values) | set(rec.fixed)) - known)
+    if unknown:
+        hints = []
+        for k in unknown:
+            near = difflib.get_close_matches(k, sorted(known), n=1)
+            hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        raise ConfigError(f"{path}: recipe: no part of a trial reads {', '.join(hints)}; fix or remove "
+                          f"{'it' if len(unknown) == 1 else 'them'} (known keys: {', '.join(sorted(known))})")
 
 
 def main() -> None:

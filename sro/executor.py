@@ -7,7 +7,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass
 from pathlib import Path
 
 import torch
@@ -15,14 +15,14 @@ import torch
 from evaluators.benchmark import Benchmark
 from evaluators.sources import Task, derive_seed, make_task, normalize
 from sro.config import ProjectConfig
-from sro.recipe import Recipe
+from sro.recipe import MIX_PREFIX, Recipe
 from trainers.evaluate import evaluate
-from trainers.algorithms import config_for, sft_config_for
+from trainers.algorithms import STAGES, config_for, sft_config_for
 from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.mixture import Mixture
-from trainers.multiturn import MultiTurnTrainer, evaluate_episodes, multi_turn_config
+from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes, multi_turn_config
 from trainers.sft import sft
-from trainers.processing import item_filter, pass_rate_table
+from trainers.processing import OPERATORS, item_filter, pass_rate_table
 from trainers.models import load_policy
 from trainers.tiny import TinySpec, ensure_tiny
 
@@ -141,6 +141,30 @@ def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, **runti
                           seed=int(recipe.get("seed", seed)), max_seconds=max_seconds, **runtime)
     except (KeyError, ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key} is not a valid trainer config: {e}") from None
+
+
+def trainer_keys() -> set[str]:
+    """Recipe keys the trainer config has a field for (nested settings as `<field>.<sub>`)."""
+    out = {f.name for f in fields(GRPOConfig)}
+    for f in fields(GRPOConfig):
+        if f.default_factory is not MISSING:
+            sub = f.default_factory()
+            if is_dataclass(sub):
+                out |= {f"{f.name}.{g.name}" for g in fields(sub)}
+    from trainers.proas import ProASConfig  # the multi-turn trainer reads `proas.*` (multi_turn_config)
+
+    return out | {f"proas.{g.name}" for g in fields(ProASConfig)}
+
+
+def recipe_keys(project: ProjectConfig) -> set[str]:
+    """Every recipe key some part of a trial of `project` reads: the trainer config's fields, `eps`,
+    `algorithm`, `seed`, the stages' and processing operators' knobs, `mt.*`, and the mixture members
+    `mix.<domain>` and `src.<domain>.<i>`. Anything else in a recipe would be ignored."""
+    mixture = {MIX_PREFIX + d for d in project.domains}
+    mixture |= {f"{SOURCE_PREFIX}{d}.{i}" for d, dom in project.domains.items() for i in range(len(dom.sources))}
+    knobs = {k.name for reg in (STAGES, OPERATORS) for n in reg.names() for k in reg.get(n).knobs}
+    return (trainer_keys() | knobs | mixture | {f"mt.{k}" for k in MT_SETTINGS}
+            | {"algorithm", "seed", "eps"})
 
 
 def source_weights(recipe: Recipe, tasks: dict[str, list[Task]]) -> dict[str, list[float]]:

@@ -97,7 +97,8 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     doc = yaml.safe_load(recipe.read_text())
     for change, needle in ((lambda d: d["recipe"]["values"].update(algorithm="ppo"), "is not a valid trainer config"),
                            (lambda d: d.update(recipe=[1, 2]), "recipe: must be a mapping"),
-                           (lambda d: d["project"].update(sede=1), "project: sede: unknown key")):
+                           (lambda d: d["project"].update(sede=1), "project: sede: unknown key"),
+                           (lambda d: d["recipe"]["values"].update(lrr=1e-4), "reads 'lrr' (did you mean 'lr'?)")):
         bad = yaml.safe_load(yaml.safe_dump(doc))
         change(bad)
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))

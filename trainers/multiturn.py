@@ -69,6 +69,10 @@ class MultiTurnConfig:
             raise ValueError("MultiTurnConfig: " + "; ".join(problems))
 
 
+MT_SETTINGS = ("reward", "history", "confidence", "calib_weight")
+"""The `MultiTurnConfig` fields a recipe sets as `mt.<field>`."""
+
+
 @dataclass
 class Step:
     """One decision: what the policy saw and did, and what the environment said about it."""
@@ -396,8 +400,8 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     if set(proas) - known:
         raise ValueError(f"unknown ProAS settings {sorted(set(proas) - known)}; known: {sorted(known)}")
     mt = {k[len("mt."):]: v for k, v in values.items() if k.startswith("mt.")}
-    known_mt = {"history", "confidence", "calib_weight", "reward"}
-    if set(mt) - known_mt:
-        raise ValueError(f"unknown multi-turn settings {sorted(set(mt) - known_mt)}; known: {sorted(known_mt)}")
+    if set(mt) - set(MT_SETTINGS):
+        raise ValueError(f"unknown multi-turn settings {sorted(set(mt) - set(MT_SETTINGS))}; "
+                         f"known: {sorted(MT_SETTINGS)}")
     return MultiTurnConfig(base=base, credit="proas" if algorithm == "proas" else "grpo",
                            proas=ProASConfig(**proas), **mt)

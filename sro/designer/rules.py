@@ -24,15 +24,13 @@ lessons it encodes (seed article, ALGORITHMS.md):
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, fields, is_dataclass
 from typing import Any
 
 from sro.config import ProjectConfig
 from sro.designer.catalog import Catalog
-from sro.executor import SOURCE_PREFIX
+from sro.executor import SOURCE_PREFIX, trainer_keys
 from sro.recipe import MIX_PREFIX
 from sro.space import Param, RecipeSpace, Simplex
-from trainers.grpo import GRPOConfig
 
 MIN_UPDATES = 30
 """Optimizer steps a trial needs at least; the batch is capped so the trial gets them (two clocks)."""
@@ -40,23 +38,6 @@ TRIAL_SAMPLES = {"cpu": 4000, "cuda": 40000}
 """Training samples per trial when the budget counts trials (or tokens) rather than time."""
 LOW_PRIOR_TRIALS = 12
 """Budgets below this many trials leave out dimensions the evidence ranks low."""
-
-
-def trainer_keys() -> set[str]:
-    """Recipe keys the trainer config has a field for (nested settings as `<field>.<sub>`)."""
-    out = {f.name for f in fields(GRPOConfig)}
-    for f in fields(GRPOConfig):
-        if f.default_factory is not MISSING:
-            sub = f.default_factory()
-            if is_dataclass(sub):
-                out |= {f"{f.name}.{g.name}" for g in fields(sub)}
-    try:  # the multi-turn trainer reads `proas.*` (trainers.multiturn.multi_turn_config)
-        from trainers.proas import ProASConfig
-
-        out |= {f"proas.{g.name}" for g in fields(ProASConfig)}
-    except ImportError:
-        pass
-    return out
 
 
 class _Builder:
