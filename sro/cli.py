@@ -259,12 +259,14 @@ def _check_recipe_keys(rec, proj, path: Path) -> None:
     known = recipe_keys(proj)
     unknown = sorted((set(rec.values) | set(rec.fixed)) - known)
     if unknown:
-        hints = []
+        hints, lost = [], False
         for k in unknown:
             near = difflib.get_close_matches(k, sorted(known), n=1)
             hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+            lost |= not near
+        known_list = f" (known keys: {', '.join(sorted(known))})" if lost else ""
         raise ConfigError(f"{path}: recipe: no part of a trial reads {', '.join(hints)}; fix or remove "
-                          f"{'it' if len(unknown) == 1 else 'them'} (known keys: {', '.join(sorted(known))})")
+                          f"{'it' if len(unknown) == 1 else 'them'}{known_list}")
 
 
 def main() -> None:
