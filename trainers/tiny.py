@@ -56,7 +56,9 @@ def build_tokenizer(texts: Sequence[str], vocab_size: int = 512):
     """
     from transformers import Qwen2Tokenizer
 
-    tok = Qwen2Tokenizer().train_new_from_iterator(list(texts), vocab_size=vocab_size, new_special_tokens=[PAD])
+    # show_progress off: the tokenizers trainer's bars print as empty lines when output is not a terminal
+    tok = Qwen2Tokenizer().train_new_from_iterator(list(texts), vocab_size=vocab_size, new_special_tokens=[PAD],
+                                                   show_progress=False)
     tok.pad_token = PAD
     tok.padding_side = "left"
     return tok
