@@ -22,7 +22,7 @@ evaluations, and proposes in under 2 s. Exit 1 when one is missed.
 
     .venv/bin/python bench/optimizer.py            # 10 seeds × 40 evaluations, one process per core (about 16 min on 2 cores)
     .venv/bin/python bench/optimizer.py --quick    # smoke run, goals reported but not enforced
-    .venv/bin/python bench/optimizer.py --first-seed 10 --problems recipe   # other seeds, one problem
+    .venv/bin/python bench/optimizer.py --seeds 5 --first-seed 10 --problems recipe   # seeds 10-14, one problem
     .venv/bin/python bench/optimizer.py --methods sro_ref,random   # SRO told each problem's reference point
 """
 
