@@ -69,7 +69,7 @@ def search(
         return
     _show_table(summary.run_dir)
     base = summary.base_scores
-    winners = [r for r in summary.trials if r.beats(base)]
+    winners = [r for r in summary.trials if r.beats(base, proj.lower_is_better())]
     console.print(f"{len(winners)} trial(s) beat the base model on every held-out benchmark"
                   + (f": {', '.join(str(r.number) for r in winners)}" if winners else ""))
     if summary.report:
@@ -144,7 +144,7 @@ def _show_table(run_dir: Path) -> None:
     for r in records:
         t.add_row(str(r.number), r.state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
                   f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "",
-                  style="green" if r.beats(base) else None)
+                  style="green" if r.beats(base, info["lower"]) else None)
     console.print(t)
     if front:
         console.print(f"front (*): trials {', '.join(map(str, sorted(front)))} — no other complete trial is at least "

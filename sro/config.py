@@ -69,14 +69,25 @@ class SourceConfig(_Strict):
         return SourceSpec(kind=self.kind, target=target, config=dict(self.config))
 
 
+EPISODE_METRICS: dict[str, tuple[str, str]] = {
+    "success": ("success", "max"), "score": ("score", "max"),
+    "auroc": ("calib_auroc", "max"), "ece": ("calib_ece", "min"), "brier": ("calib_brier", "min")}
+"""A textworld benchmark's `metric:` → (its key in `trainers.multiturn.evaluate_episodes`' result, the
+better direction). auroc, ece and brier grade the agent's stated step confidence (ALGORITHMS.md §5)
+against each held-out episode's outcome, over every step of the benchmark's episodes."""
+CONFIDENCE_METRICS = ("auroc", "ece", "brier")
+
+
 class BenchmarkConfig(SourceConfig):
     """A held-out benchmark: a source plus a name, a size and a metric. Never trained on."""
 
     name: str = Field(description="benchmark name, unique within its domain")
     size: int = Field(100, gt=0, description="number of held-out items")
-    metric: Literal["accuracy", "success", "score"] | None = Field(
+    metric: Literal["accuracy", "success", "score", "auroc", "ece", "brier"] | None = Field(
         None, description="what the score means: accuracy (single-turn items, the default there); success (the "
-        "default) or score (textworld episodes, one greedy episode per held-out game)")
+        "default) or score (textworld episodes, one greedy episode per held-out game), or the calibration of "
+        "the agent's stated step confidence on those episodes: auroc, ece or brier (lower is better for ece "
+        "and brier)")
     decontaminate: bool = Field(
         False, description="also drop this benchmark's exact questions from every training stream "
         "(held-out seeds are always disjoint; this matters for generators with a small problem space)")
@@ -85,12 +96,12 @@ class BenchmarkConfig(SourceConfig):
 
     @model_validator(mode="after")
     def _metric_fits_kind(self) -> BenchmarkConfig:
-        allowed = ("success", "score") if self.kind == "textworld" else ("accuracy",)
+        allowed = tuple(EPISODE_METRICS) if self.kind == "textworld" else ("accuracy",)
         if self.metric is None:
             self.metric = allowed[0]
         elif self.metric not in allowed:
             raise ValueError(f"metric {self.metric!r} does not apply to a {self.kind} benchmark; "
-                             f"use {' or '.join(allowed)} (or leave it out: {allowed[0]})")
+                             f"use {', '.join(allowed)} (or leave it out: {allowed[0]})")
         return self
 
 
@@ -201,7 +212,7 @@ class ProjectConfig(_Strict):
     @model_validator(mode="after")
     def _objectives_ok(self) -> ProjectConfig:
         if not self.objectives:
-            self.objectives = [{key: "max"} for key in self.benchmark_keys()] + [{"cost": "min"}]
+            self.objectives = [{key: self.better(key)} for key in self.benchmark_keys()] + [{"cost": "min"}]
         known = set(self.benchmark_keys()) | {"cost"}
         for i, obj in enumerate(self.objectives):
             if len(obj) != 1:
@@ -223,6 +234,16 @@ class ProjectConfig(_Strict):
                 fix = f"did you mean {hint[0]!r}?" if hint else f"objectives: {', '.join(names)}"
                 raise ValueError(f"reference_point names {key!r}, which is not an objective; {fix}")
         return self
+
+    def better(self, key: str) -> str:
+        """"max" or "min": which way benchmark `domain/name` improves (min for ece and brier)."""
+        d, _, name = key.partition("/")
+        b = next(b for b in self.domains[d].benchmarks if b.name == name)
+        return EPISODE_METRICS[b.metric][1] if b.kind == "textworld" else "max"
+
+    def lower_is_better(self) -> set[str]:
+        """The benchmark keys whose metric improves downwards (ece, brier)."""
+        return {k for k in self.benchmark_keys() if self.better(k) == "min"}
 
     def benchmark_keys(self) -> list[str]:
         """`domain/benchmark` for every benchmark, in file order."""

@@ -14,7 +14,7 @@ import torch
 
 from evaluators.benchmark import Benchmark
 from evaluators.sources import Task, derive_seed, make_task, normalize
-from sro.config import ProjectConfig
+from sro.config import CONFIDENCE_METRICS, EPISODE_METRICS, ProjectConfig
 from sro.recipe import MIX_PREFIX, Recipe
 from trainers.evaluate import evaluate
 from trainers.algorithms import STAGES, config_for, sft_config_for
@@ -105,7 +105,7 @@ class SearchContext:
 
     def score(self, model, tokenizer) -> dict[str, float]:
         rt = self.project.runtime
-        return {k: (evaluate_episodes(model, tokenizer, b.task, len(b.items), rt.max_new_tokens)[b.metric]
+        return {k: (episode_score(model, tokenizer, b, rt.max_new_tokens)
                     if getattr(b.task, "multi_turn", False)  # textworld: one greedy episode per held-out game
                     else evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size).score)
                 for k, b in self.benchmarks.items()}
@@ -132,6 +132,16 @@ class SearchContext:
     def score_base(self) -> dict[str, float]:
         model, tok = load_policy(self.base_path, self.project.runtime.device)
         return self.score(model, tok)
+
+
+def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int) -> float:
+    """A textworld benchmark's metric (`EPISODE_METRICS`) over one greedy episode per held-out game;
+    a calibration metric asks for the stated confidence at every step. An AUROC with nothing to rank
+    (every episode won, or every one lost) is 0.5, so that the trial keeps a finite score."""
+    key, _ = EPISODE_METRICS[b.metric]
+    v = evaluate_episodes(model, tokenizer, b.task, len(b.items), max_new_tokens,
+                          confidence=b.metric in CONFIDENCE_METRICS)[key]
+    return 0.5 if b.metric == "auroc" and math.isnan(v) else v
 
 
 def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, **runtime) -> GRPOConfig:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,18 +54,24 @@ class TrialRecord:
         v = self.cost.get("wall_s") if key == "cost" else self.scores.get(key)
         return float("nan") if v is None else float(v)
 
-    def beats(self, base: dict[str, float]) -> bool:
-        """Complete, and above the base model on every benchmark."""
-        return self.state == "complete" and beats_base(self.scores, base)
+    def beats(self, base: dict[str, float], lower: Collection[str] = ()) -> bool:
+        """Complete, and better than the base model on every benchmark (`lower`: the keys where
+        better is lower, `ProjectConfig.lower_is_better`)."""
+        return self.state == "complete" and beats_base(self.scores, base, lower)
 
 
 END_EARLY = ("pruned", "collapsed", "stopped")
 """States of a trial stopped before the end of its training (`Ledger.end_early`), its partial results kept."""
 
 
-def beats_base(scores: dict[str, float], base: dict[str, float]) -> bool:
-    """True when `scores` exceed the base model's on every benchmark it was scored on."""
-    return bool(base) and all(scores.get(k, float("-inf")) > v for k, v in base.items())
+def beats_base(scores: dict[str, float], base: dict[str, float], lower: Collection[str] = ()) -> bool:
+    """True when `scores` are better than the base model's on every benchmark it was scored on: above
+    it, or below it for the keys in `lower` (metrics such as ECE)."""
+    def better(k: str, v: float) -> bool:
+        s = scores.get(k, float("nan"))
+        return s < v if k in lower else s > v
+
+    return bool(base) and all(better(k, v) for k, v in base.items())
 
 
 def distributions(space: RecipeSpace, values: dict[str, Any]) -> dict[str, BaseDistribution]:

@@ -47,9 +47,10 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
     if not proj_path.is_file():
         raise FileNotFoundError(f"{run_dir} has no project.yaml; is it a folder written by `sro search`?")
     data = yaml.safe_load(proj_path.read_text())
-    ledger = Ledger(ProjectConfig.model_validate(data), run_dir)
+    project = ProjectConfig.model_validate(data)
+    ledger = Ledger(project, run_dir)
     info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(), "overlap": ledger.get("overlap", {}),
-            "hypervolume": ledger.get("hypervolume", {})}
+            "hypervolume": ledger.get("hypervolume", {}), "lower": project.lower_is_better()}
     return data, ledger.records(), info
 
 
@@ -120,7 +121,7 @@ def write_report(run_dir: str | Path) -> Path:
     rows = []
     for r in records:
         row = [r.number, r.state if r.state != "failed" else f"failed: {html.escape(r.message.splitlines()[0][:60]) if r.message else ''}",
-               "✔" if r.beats(base) else ""]
+               "✔" if r.beats(base, info["lower"]) else ""]
         row += [_fmt(r.scores.get(k)) if k in r.scores else "" for k in score_keys]
         row += [_fmt(r.cost.get("wall_s", 0.0)), int(r.cost.get("samples", 0))]
         row += [_fmt(r.recipe.values.get(p, "")) for p in params]

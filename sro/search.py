@@ -180,7 +180,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
                 else:
                     ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
-                    mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base) else ""
+                    mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, project.lower_is_better()) else ""
                     progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                            f"({out.cost['wall_s']:.0f}s) {mark}")
             except KeyboardInterrupt:

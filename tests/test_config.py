@@ -200,3 +200,29 @@ def test_portable_dump_makes_jsonl_paths_absolute(micro_project, tmp_path):
 def test_missing_local_base_model_folder(micro_project):
     msg = _err(micro_project, lambda d: d.update(base_model="/nonexistent/model"))
     assert "base_model: /nonexistent/model: no such folder" in msg
+
+
+def test_calibration_metrics_of_a_textworld_benchmark_and_their_directions(micro_project):
+    from sro.config import ProjectConfig
+
+    agent = {"sources": [{"textworld": "coin_collector"}],
+             "benchmarks": [{"name": "win", "textworld": "coin_collector", "size": 2},
+                            {"name": "ece", "textworld": "coin_collector", "size": 2, "metric": "ece"},
+                            {"name": "auroc", "textworld": "coin_collector", "size": 2, "metric": "auroc"}]}
+    proj = ProjectConfig.model_validate({"name": "a", "domains": {"agent": agent}})
+    # the default objectives follow each metric's direction: ECE (and Brier) improve downwards
+    assert proj.objective_directions() == [("agent/win", "max"), ("agent/ece", "min"), ("agent/auroc", "max"),
+                                           ("cost", "min")]
+    assert proj.lower_is_better() == {"agent/ece"}
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(metric="ece"))
+    assert "metric 'ece' does not apply to a reasoning_gym benchmark; use accuracy" in msg
+
+
+def test_beats_base_reads_lower_is_better_keys():
+    from sro.ledger import beats_base
+
+    base = {"a/win": 0.5, "a/ece": 0.2}
+    assert beats_base({"a/win": 0.6, "a/ece": 0.1}, base, lower={"a/ece"})
+    assert not beats_base({"a/win": 0.6, "a/ece": 0.3}, base, lower={"a/ece"})
+    assert not beats_base({"a/win": 0.6, "a/ece": 0.1}, base)  # read as higher-is-better, 0.1 < 0.2 loses
+    assert not beats_base({"a/win": 0.6}, base, lower={"a/ece"})  # a missing score never beats

@@ -393,3 +393,22 @@ def test_llm_candidates_reach_the_botorch_pool_validated_and_new(llm, tmp_path):
     _no_key_under(tmp_path)
     assert make_proposer("botorch", space, project, tmp_path).extra is not None
     assert make_proposer("botorch", space, _math_project(), tmp_path).extra is None
+
+
+def test_rules_design_states_the_confidence_when_a_benchmark_grades_it():
+    plain = _agent_project()
+    data = plain.model_dump()
+    data["domains"]["agent"]["benchmarks"].append({**data["domains"]["agent"]["benchmarks"][0],
+                                                   "name": "coin_ece", "metric": "ece"})
+    data["objectives"] = []
+    graded = ProjectConfig.model_validate(data)
+    assert "mt.confidence" not in design_rules(build_catalog(plain), plain).fixed
+    space = design_rules(build_catalog(graded), graded)
+    assert space.fixed["mt.confidence"] is True
+    _every_recipe_trains(space, 8)
+    from trainers.multiturn import multi_turn_config
+
+    r = Recipe(space.sobol(1, seed=0)[0], dict(space.fixed))
+    assert multi_turn_config(str(r.get("algorithm", "grpo")), config_for(str(r.get("algorithm", "grpo")),
+                                                                         {**r.fixed, **r.values}),
+                             {**r.fixed, **r.values}).confidence

@@ -3,6 +3,7 @@ two-step corridor game behind the gymnasium-style `TextEnv` interface (no textwo
 
 from __future__ import annotations
 
+import math
 import random
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from evaluators.textworld_env import EpisodeResult
 from trainers.grpo import GRPOConfig
 from trainers.models import load_policy
 from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,
-                                credit, digit_token_ids, expected_confidence, multi_turn_config, pack,
+                                credit, digit_token_ids, evaluate_episodes, expected_confidence, multi_turn_config, pack,
                                 play_episodes)
 from trainers.proas import ProASConfig, ReferenceGraph
 from trainers.tiny import TinySpec, ensure_tiny
@@ -212,6 +213,23 @@ def test_calibration_term_reaches_the_confidence_token(policy):
         changes[w] = after - before
     assert changes[0.0] == pytest.approx(0.0, abs=1e-6)
     assert changes[1.0] < -0.01, changes
+
+
+def test_benchmark_calibration_metrics_score_the_stated_confidence(policy):
+    """A textworld benchmark's metric may be the calibration of the stated confidence (an objective the
+    optimizer can use); its episodes are played with the confidence question at every step."""
+    from types import SimpleNamespace
+
+    from sro.executor import episode_score
+
+    model, tok = load_policy(policy, "cpu")
+    bench = lambda metric: SimpleNamespace(task=CorridorTask(), items=[0] * 4, metric=metric)  # noqa: E731
+    got = {m: episode_score(model, tok, bench(m), 5) for m in ("success", "ece", "brier", "auroc")}
+    ref = evaluate_episodes(model, tok, CorridorTask(), 4, 5, confidence=True)
+    assert got["success"] == ref["success"] and got["ece"] == ref["calib_ece"] and got["brier"] == ref["calib_brier"]
+    assert 0.0 <= got["ece"] <= 1.0 and 0.0 <= got["brier"] <= 1.0
+    # four greedy episodes of one game end alike: nothing to rank, so AUROC is 0.5 rather than nan
+    assert math.isnan(ref["calib_auroc"]) and got["auroc"] == 0.5
 
 
 def test_multi_turn_config_from_recipe_values():

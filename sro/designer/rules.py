@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from sro.config import ProjectConfig
+from sro.config import CONFIDENCE_METRICS, ProjectConfig
 from sro.designer.catalog import Catalog
 from sro.executor import SOURCE_PREFIX, trainer_keys
 from sro.recipe import MIX_PREFIX
@@ -210,8 +210,17 @@ def design_rules(catalog: Catalog, project: ProjectConfig) -> RecipeSpace:
     # 6) processing operators where they can act
     _processing(b, catalog)
     simplexes = _mixtures(project)
+    b.fixed.update(project_fixed(project))
     b.fixed["max_new_tokens"] = project.runtime.max_new_tokens
     return RecipeSpace(b.params, simplexes, b.fixed, version=1, designer="rules")
+
+
+def project_fixed(project: ProjectConfig) -> dict[str, Any]:
+    """Settings the project itself decides, whatever the designer: a benchmark that grades the stated
+    step confidence (metric auroc, ece or brier; ALGORITHMS.md §5) needs every trial to state it and
+    train its calibration term (`mt.confidence`)."""
+    graded = any(bm.metric in CONFIDENCE_METRICS for dom in project.domains.values() for bm in dom.benchmarks)
+    return {"mt.confidence": True} if graded else {}
 
 
 def _processing(b: _Builder, catalog: Catalog) -> None:
