@@ -100,14 +100,20 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
 
     t0 = time.monotonic()
     console.print("preparing benchmarks, data streams and the base model ...")
-    with _progress(console) as pp:
-        pre = pp.add_task("pre-training tiny", total=project.runtime.tiny_pretrain_steps, info="", visible=False)
+    pp = _progress(console)  # started by the first pre-training step: a cached model draws no (empty) bar
+    pre = pp.add_task("pre-training tiny", total=project.runtime.tiny_pretrain_steps, info="")
 
-        def pretrain_progress(step: int, loss: float) -> None:
-            pp.update(pre, completed=step, info=f"loss {loss:.3f}", visible=True)
+    def pretrain_progress(step: int, loss: float) -> None:
+        if not pp.live.is_started:
+            pp.start()
+        pp.update(pre, completed=step, info=f"loss {loss:.3f}")
 
+    try:
         ctx = SearchContext.prepare(project, runs_root / ".cache", log=pp.console.print,
                                     pretrain_progress=pretrain_progress)
+    finally:
+        if pp.live.is_started:
+            pp.stop()
     base = ledger.get("base_scores")
     if base is None or ledger.get("base_path") != ctx.base_path:
         with console.status("scoring the base model on the held-out benchmarks ..."):
