@@ -104,6 +104,11 @@ class BenchmarkConfig(SourceConfig):
                              f"use {', '.join(allowed)} (or leave it out: {allowed[0]})")
         return self
 
+    @property
+    def better(self) -> str:
+        """"max" or "min": which way this benchmark's metric improves (min for ece and brier)."""
+        return EPISODE_METRICS[self.metric][1] if self.kind == "textworld" else "max"
+
 
 class DomainConfig(_Strict):
     description: str = Field("", description="free text, read by the designer")
@@ -212,7 +217,8 @@ class ProjectConfig(_Strict):
     @model_validator(mode="after")
     def _objectives_ok(self) -> ProjectConfig:
         if not self.objectives:
-            self.objectives = [{key: self.better(key)} for key in self.benchmark_keys()] + [{"cost": "min"}]
+            self.objectives = [{f"{d}/{b.name}": b.better} for d, dom in self.domains.items() for b in dom.benchmarks]
+            self.objectives.append({"cost": "min"})
         known = set(self.benchmark_keys()) | {"cost"}
         for i, obj in enumerate(self.objectives):
             if len(obj) != 1:
@@ -235,15 +241,9 @@ class ProjectConfig(_Strict):
                 raise ValueError(f"reference_point names {key!r}, which is not an objective; {fix}")
         return self
 
-    def better(self, key: str) -> str:
-        """"max" or "min": which way benchmark `domain/name` improves (min for ece and brier)."""
-        d, _, name = key.partition("/")
-        b = next(b for b in self.domains[d].benchmarks if b.name == name)
-        return EPISODE_METRICS[b.metric][1] if b.kind == "textworld" else "max"
-
     def lower_is_better(self) -> set[str]:
         """The benchmark keys whose metric improves downwards (ece, brier)."""
-        return {k for k in self.benchmark_keys() if self.better(k) == "min"}
+        return {f"{d}/{b.name}" for d, dom in self.domains.items() for b in dom.benchmarks if b.better == "min"}
 
     def benchmark_keys(self) -> list[str]:
         """`domain/benchmark` for every benchmark, in file order."""

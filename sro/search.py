@@ -123,6 +123,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     ledger.put("overlap", ctx.overlap)
     ledger.put("setup_wall_s", float(ledger.get("setup_wall_s", 0.0)) + time.monotonic() - t0)
     console.print(f"base model held-out: {_fmt_scores(base)}")
+    lower = project.lower_is_better()  # benchmarks where beating the base model means scoring below it
     space = load_space(project, run_dir, console, ctx, budget)
     proposer = make_proposer(optimizer, space, project, run_dir)
     if hasattr(proposer, "load_warm_state"):  # a resumed search starts from the last GP fit
@@ -186,7 +187,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
                 else:
                     ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
-                    mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, project.lower_is_better()) else ""
+                    mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, lower) else ""
                     progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                            f"({out.cost['wall_s']:.0f}s) {mark}")
             except KeyboardInterrupt:
