@@ -395,13 +395,17 @@ def test_llm_candidates_reach_the_botorch_pool_validated_and_new(llm, tmp_path):
     assert make_proposer("botorch", space, _math_project(), tmp_path).extra is None
 
 
-def test_rules_design_states_the_confidence_when_a_benchmark_grades_it():
-    plain = _agent_project()
-    data = plain.model_dump()
+def _graded_agent_project() -> ProjectConfig:
+    """The agent project with a second benchmark that grades the stated confidence (ECE)."""
+    data = _agent_project().model_dump()
     data["domains"]["agent"]["benchmarks"].append({**data["domains"]["agent"]["benchmarks"][0],
                                                    "name": "coin_ece", "metric": "ece"})
     data["objectives"] = []
-    graded = ProjectConfig.model_validate(data)
+    return ProjectConfig.model_validate(data)
+
+
+def test_rules_design_states_the_confidence_when_a_benchmark_grades_it():
+    plain, graded = _agent_project(), _graded_agent_project()
     assert "mt.confidence" not in design_rules(build_catalog(plain), plain).fixed
     space = design_rules(build_catalog(graded), graded)
     assert space.fixed["mt.confidence"] is True
@@ -412,3 +416,13 @@ def test_rules_design_states_the_confidence_when_a_benchmark_grades_it():
     assert multi_turn_config(str(r.get("algorithm", "grpo")), config_for(str(r.get("algorithm", "grpo")),
                                                                          {**r.fixed, **r.values}),
                              {**r.fixed, **r.values}).confidence
+
+
+def test_llm_design_states_the_confidence_when_a_benchmark_grades_it(llm, tmp_path):
+    """Set in the LLM answer's review, so a redesign by the LLM (design_llm with space=) keeps it too."""
+    llm.script = [json.dumps({"params": [{"name": "lr", "kind": "float", "low": 1e-5, "high": 1e-3, "log": True,
+                                          "why": "x"}], "simplexes": [], "fixed": {}})]
+    graded = _graded_agent_project()
+    graded = graded.model_copy(update={"designer": _llm_project(llm.url).designer})
+    space = design_llm(build_catalog(graded), graded, tmp_path / "d")
+    assert space.designer == "llm" and space.fixed["mt.confidence"] is True

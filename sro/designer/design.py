@@ -15,7 +15,7 @@ from evaluators.registry import Registry
 from sro.budget import Budget
 from sro.config import ProjectConfig
 from sro.designer.catalog import Catalog, build_catalog
-from sro.designer.rules import design_rules, project_fixed
+from sro.designer.rules import design_rules
 from sro.space import RecipeSpace
 
 HEADER = ("# SRO recipe space, designed by the {designer} designer (version {version}).\n"
@@ -36,9 +36,7 @@ def _llm(catalog: Catalog, project: ProjectConfig, run_dir: Path, warn: Callable
     from sro.designer.llm import DesignerFailed, design_llm
 
     try:
-        space = design_llm(catalog, project, run_dir / "designer")
-        space.fixed.update(project_fixed(project))
-        return space
+        return design_llm(catalog, project, run_dir / "designer")
     except DesignerFailed as e:
         warn(f"warning: the LLM designer failed ({e}); using the rule-based designer instead")
         return design_rules(catalog, project)

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sro.config import ProjectConfig
 from sro.designer.catalog import Catalog
-from sro.designer.rules import trainer_keys
+from sro.designer.rules import project_fixed, trainer_keys
 from sro.executor import SOURCE_PREFIX
 from sro.recipe import MIX_PREFIX, Recipe
 from sro.space import Param, RecipeSpace, Simplex, SpaceError
@@ -150,6 +150,7 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         else:
             notes.append(f"dropped fixed {key!r}: not a catalog parameter")
     fixed["max_new_tokens"] = project.runtime.max_new_tokens
+    fixed.update(project_fixed(project))  # in every LLM space, designed or redesigned
     if "algorithm" not in names:
         fixed.setdefault("algorithm", "grpo")
     try:
