@@ -55,8 +55,6 @@ LR = float(os.environ.get("BENCH_LR", "3e-4"))
 CALIB_WEIGHT = float(os.environ.get("BENCH_CALIB_WEIGHT", str(MultiTurnConfig.calib_weight)))
 """The trainer's default weight of the term (3), chosen on tuning seeds 100 and 101, disjoint from the
 bench's seeds, among 1, 3, 5 and 10 (docs/agent.md)."""
-READOUT_STEPS = int(os.environ.get("BENCH_READOUT_STEPS", str(MultiTurnConfig.readout_steps)))
-"""With the term: the scale tokens' readout fit (`trainers.readout`); without it: none (the digits)."""
 TAU = 0.5
 
 
@@ -76,14 +74,13 @@ def flat(r: dict) -> dict[str, float]:
             "AUROC@1": f["auroc"], "ECE@1": f["ece"], "cover@.5": s["coverage"], "succ|exec": s["success_executed"]}
 
 
-def train_and_grade(seed: int, weight: float, readout_steps: int = 0) -> dict[str, float]:
+def train_and_grade(seed: int, weight: float) -> dict[str, float]:
     """One training from the base model (in a worker process: one torch thread) and its held-out metrics."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     train, held = tasks({"confidence": True}, TRAIN_GAMES)
     model, tok = load_policy(base_model(train), "cpu")
     cfg = MultiTurnConfig(GRPOConfig(lr=LR, steps=ITERS, group_size=8, prompts_per_step=4, max_new_tokens=10,
-                                     warmup_steps=2, seed=seed), confidence=True, calib_weight=weight,
-                          readout_steps=readout_steps)
+                                     warmup_steps=2, seed=seed), confidence=True, calib_weight=weight)
     MultiTurnTrainer(model, tok, cfg, [train]).train()
     return flat(held_out_report(model, tok, held))
 
@@ -96,18 +93,17 @@ def main() -> int:
     model, tok = load_policy(base, "cpu")
     rows: dict[str, list[dict[str, float]]] = {"base": [flat(held_out_report(model, tok, held))],
                                                "without term": [], "with term": []}
-    jobs = [(seed, name, w, r) for seed in SEEDS
-            for name, w, r in (("without term", 0.0, 0), ("with term", CALIB_WEIGHT, READOUT_STEPS))]
+    jobs = [(seed, name, w) for seed in SEEDS for name, w in (("without term", 0.0), ("with term", CALIB_WEIGHT))]
     # spawn, not fork: a forked child inherits torch's thread pools mid-state
     with ProcessPoolExecutor(JOBS, mp_context=multiprocessing.get_context("spawn")) as ex:
-        futures = [(seed, name, ex.submit(train_and_grade, seed, w, r)) for seed, name, w, r in jobs]
+        futures = [(seed, name, ex.submit(train_and_grade, seed, w)) for seed, name, w in jobs]
         for seed, name, f in futures:
             rows[name].append(f.result())
             print(f"  [seed {seed} {name}] " + " ".join(f"{k} {v:.3f}" for k, v in rows[name][-1].items())
                   + f" ({time.time() - t0:.0f} s)", file=sys.stderr, flush=True)
     cols = list(rows["base"][0])
     print(f"held-out: {GAMES} games x {EPISODES_PER_GAME} sampled episodes; {TRAIN_GAMES} training games, "
-          f"{ITERS} training iterations, lr {LR:g}, calibration weight {CALIB_WEIGHT:g}, readout steps {READOUT_STEPS}; "
+          f"{ITERS} training iterations, lr {LR:g}, calibration weight {CALIB_WEIGHT:g}; "
           f"seeds {','.join(map(str, SEEDS))} (medians; the base row is one model)")
     print(f"{'':>22} " + " ".join(f"{c:>9}" for c in cols))
     for name in ("without term", "with term"):
