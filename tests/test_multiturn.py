@@ -19,6 +19,7 @@ from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step
                                 credit, digit_token_ids, evaluate_episodes, expected_confidence, multi_turn_config, pack,
                                 play_episodes)
 from trainers.proas import ProASConfig, ReferenceGraph
+from trainers.readout import SCALE_TOKENS, ConfidenceReadout, add_scale_tokens, confidence_token_ids, final_states
 from trainers.tiny import TinySpec, ensure_tiny
 
 
@@ -200,7 +201,7 @@ def test_calibration_term_reaches_the_confidence_token(policy):
     changes = {}
     for w in (0.0, 1.0):
         model, tok = load_policy(policy, "cpu")
-        cfg = _cfg(confidence=True, calib_weight=w)
+        cfg = _cfg(confidence=True, calib_weight=w, readout_steps=0)  # the term alone (the readout: below)
         cfg.base.lr = 1e-2
         tr = MultiTurnTrainer(model, tok, cfg, [CorridorTask(crash_at=1)])
         eps = tr.rollout()
@@ -213,6 +214,95 @@ def test_calibration_term_reaches_the_confidence_token(policy):
         changes[w] = after - before
     assert changes[0.0] == pytest.approx(0.0, abs=1e-6)
     assert changes[1.0] < -0.01, changes
+
+
+CONF_PROMPTS = [f"room: {room}\nchoose: {', '.join(adm)}\ndo: {act} (step {k} of 4)\nsuccess 0-9?"
+                for room, adm, act in (("vault", ["look", "take coin"], "take coin"), ("hall", ["go east", "go west"], "go west"))
+                for k in (1, 2)]
+"""Two steps of a won episode (the coin taken), then two of a lost one (the wrong way)."""
+POLICY_PROMPTS = [f"room: {room}\nchoose: {', '.join(adm)}" for room, (adm, _) in Corridor.ROOMS.items()]
+
+
+def test_scale_tokens_start_as_the_digits(policy):
+    model, tok = load_policy(policy, "cpu")
+    digits = digit_token_ids(tok)
+    assert confidence_token_ids(tok) == digits  # a base model states c_t with the digits
+    before = expected_confidence(confidence_logits(model, tok, CONF_PROMPTS))
+    ids = add_scale_tokens(model, tok)
+    assert confidence_token_ids(tok) == ids and not set(ids) & set(digits)
+    assert add_scale_tokens(model, tok) == ids and len(tok) == model.get_input_embeddings().weight.shape[0]
+    for t, i in zip(SCALE_TOKENS, ids):  # one token each, never split
+        assert tok(t, add_special_tokens=False)["input_ids"] == [i]
+    # copies of the digits' rows: the model states exactly what it stated with the digits
+    after = expected_confidence(confidence_logits(model, tok, CONF_PROMPTS))
+    assert after.tolist() == pytest.approx(before.tolist(), abs=1e-6)
+    # the readout scores the state that confidence_logits reads
+    h = final_states(model, tok, CONF_PROMPTS)
+    rows = model.get_output_embeddings().weight[ids]
+    assert torch.allclose(h @ rows.T, confidence_logits(model, tok, CONF_PROMPTS), atol=1e-4)
+
+
+def test_readout_fit_learns_the_outcome_and_moves_only_its_rows(policy):
+    model, tok = load_policy(policy, "cpu")
+    ro = ConfidenceReadout(model, tok, steps=300, buffer=2, guard=0.0, l2=0.0)
+    y = torch.tensor([1.0, 1.0, 0.0, 0.0])
+    c0 = expected_confidence(confidence_logits(model, tok, CONF_PROMPTS))
+    params = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ro.fit(CONF_PROMPTS, y.tolist(), POLICY_PROMPTS)
+    c1 = expected_confidence(confidence_logits(model, tok, CONF_PROMPTS))
+    assert c1[:2].min() > c1[2:].max() + 0.3, c1  # the won steps now state a far higher chance
+    assert ((c1 - y) ** 2).mean() < ((c0 - y) ** 2).mean() / 2
+    for n, p in model.named_parameters():
+        moved = (p.detach() - params[n]).abs().reshape(p.shape[0], -1).sum(-1) > 0 if p.dim() > 1 else p != params[n]
+        want = torch.zeros_like(moved)
+        if p is model.get_output_embeddings().weight:
+            want[ro.ids] = True
+        assert torch.equal(moved, want), n
+    assert len(ro.memory) == 1
+    ro.fit(CONF_PROMPTS, y.tolist(), [])
+    ro.fit(CONF_PROMPTS, y.tolist(), [])
+    assert len(ro.memory) == 2  # the buffer keeps the last `buffer` iterations
+
+
+def test_readout_guard_keeps_the_scale_tokens_off_the_policy_prompts(policy):
+    rise = {}
+    for guard in (0.0, 10.0):
+        model, tok = load_policy(policy, "cpu")
+        ro = ConfidenceReadout(model, tok, steps=100, guard=guard, l2=0.0)
+        lse = lambda: torch.logsumexp(final_states(model, tok, POLICY_PROMPTS) @  # noqa: E731
+                                      model.get_output_embeddings().weight[ro.ids].T, -1)
+        before = lse()
+        ro.fit(CONF_PROMPTS, [1.0, 1.0, 0.0, 0.0], POLICY_PROMPTS)
+        rise[guard] = (lse() - before).max().item()
+    assert rise[10.0] < 0.05 and rise[10.0] < rise[0.0], rise
+
+
+def test_a_policy_trained_with_the_readout_reloads_with_its_scale_tokens(policy, tmp_path):
+    model, tok = load_policy(policy, "cpu")
+    ro = ConfidenceReadout(model, tok, steps=20, guard=0.0)
+    ro.fit(CONF_PROMPTS, [1.0, 1.0, 0.0, 0.0], [])
+    c = expected_confidence(confidence_logits(model, tok, CONF_PROMPTS))
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again, tok2 = load_policy(tmp_path, "cpu")
+    assert confidence_token_ids(tok2) == ro.ids
+    assert add_scale_tokens(again, tok2) == ro.ids  # keeps the fitted rows, not the digits' copies
+    assert expected_confidence(confidence_logits(again, tok2, CONF_PROMPTS)).tolist() == pytest.approx(c.tolist(), abs=1e-5)
+
+
+def test_trainer_with_the_readout_states_scale_tokens(policy):
+    model, tok = load_policy(policy, "cpu")
+    tr = MultiTurnTrainer(model, tok, _cfg(confidence=True), [CorridorTask()])
+    emb = model.get_input_embeddings().weight
+    assert any(p is emb for g in tr.opt.param_groups for p in g["params"])  # the resized embedding is trained
+    m = tr.step()
+    assert confidence_token_ids(tok) == tr.readout.ids and math.isfinite(m["readout_brier"])
+    assert all(s.confidence is not None for e in tr.rollout() for s in e.steps)
+    with pytest.raises(ValueError, match="readout_buffer must be >= 1"):
+        _cfg(confidence=True, readout_buffer=0)
+    model, tok = load_policy(policy, "cpu")  # weight 0: stated with the digits, nothing fitted
+    assert MultiTurnTrainer(model, tok, _cfg(confidence=True, calib_weight=0.0), [CorridorTask()]).readout is None
+    assert confidence_token_ids(tok) == digit_token_ids(tok)
 
 
 def test_benchmark_calibration_metrics_score_the_stated_confidence(policy):

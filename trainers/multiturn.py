@@ -25,6 +25,7 @@ from trainers.core import ADVANTAGES, AGGREGATIONS
 from trainers.grpo import OPTIMIZERS, GRPOConfig
 from trainers.losses import POLICY_LOSSES, LossInputs
 from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
+from trainers.readout import ConfidenceReadout, confidence_token_ids, digit_token_ids  # noqa: F401 (re-exported)
 from trainers.prompts import format_prompt
 from trainers.rollout import completion_logprobs, generate, position_ids
 
@@ -46,12 +47,20 @@ class MultiTurnConfig:
     """Previous (observation, action) turns shown before the current observation (masked)."""
     confidence: bool = False
     """The agent states its probability of success after each action: c_t is the expected value of
-    the stated probability (d + 0.5)/10 under its distribution over the digit tokens 0-9."""
+    the stated probability (d + 0.5)/10 under its distribution over ten confidence tokens (the scale
+    tokens of `trainers.readout` when the readout is fitted, else the digits 0-9)."""
     calib_weight: float = 3.0
     """Weight of the calibration term when `confidence` is on: the group-normalized advantage
-    −(c_d − y)² of every digit d the agent could state, on the confidence token only
-    (`calibration_loss`; 0: stated, not trained). 3 was the best of 1, 3, 5 and 10 on two tuning seeds
-    of bench/calibration.py (held-out AUROC and ECE; docs/agent.md)."""
+    −(c_d − y)² of every level d the agent could state, on the confidence token only
+    (`calibration_loss`; 0: stated, not trained, and no readout fit). 3 was the best of 1, 3, 5 and 10
+    on two tuning seeds of bench/calibration.py (held-out AUROC and ECE; docs/agent.md)."""
+    readout_steps: int = 50
+    """With `confidence` on, `calib_weight` > 0 and this > 0: the agent states c_t with ten scale
+    tokens of its own, whose output rows are fitted by this many Adam steps after each iteration
+    (`trainers.readout`; chosen on tuning seeds, docs/agent.md stop 15); 0: it states c_t with the
+    digits 0-9, trained by the calibration term alone."""
+    readout_buffer: int = 4
+    """Iterations of confidence prompts the readout is fitted on (this one's and the previous ones')."""
 
     def __post_init__(self) -> None:
         if isinstance(self.base, dict):
@@ -63,13 +72,15 @@ class MultiTurnConfig:
             problems.append(f"credit must be one of {CREDITS} (got {self.credit!r})")
         if self.reward not in ("success", "score"):
             problems.append(f"reward must be success or score (got {self.reward!r})")
-        if self.history < 0 or self.calib_weight < 0:
-            problems.append("history and calib_weight must be >= 0")
+        if self.history < 0 or self.calib_weight < 0 or self.readout_steps < 0:
+            problems.append("history, calib_weight and readout_steps must be >= 0")
+        if self.readout_buffer < 1:
+            problems.append(f"readout_buffer must be >= 1 (got {self.readout_buffer})")
         if problems:
             raise ValueError("MultiTurnConfig: " + "; ".join(problems))
 
 
-MT_SETTINGS = ("reward", "history", "confidence", "calib_weight")
+MT_SETTINGS = ("reward", "history", "confidence", "calib_weight", "readout_steps", "readout_buffer")
 """The `MultiTurnConfig` fields a recipe sets as `mt.<field>`."""
 
 
@@ -203,36 +214,20 @@ def credit(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig,
     return step_advantages(adv, validity, cfg.proas)
 
 
-CONF_LEVELS = (torch.arange(10, dtype=torch.float32) + 0.5) / 10
-"""The probability that digit d states: (d + 0.5)/10, the centre of its calibration bin."""
-
-
-def digit_token_ids(tok) -> list[int]:
-    """The token ids of the digits 0-9 (the vocabulary's own "0".."9", else a single-token encoding)."""
-    vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
-    ids = []
-    for d in range(10):
-        if str(d) in vocab:
-            ids.append(vocab[str(d)])
-            continue
-        enc = tok(str(d), add_special_tokens=False)["input_ids"]
-        if len(enc) != 1:
-            raise ValueError(f"step confidence needs the digits 0-9 as single tokens, but this tokenizer splits "
-                             f"{str(d)!r} into {enc}; use a tokenizer with single-digit tokens (as Qwen2's) or "
-                             f"set mt.confidence: false")
-        ids.append(enc[0])
-    return ids
+CONF_LEVELS = ConfidenceReadout.LEVELS
+"""The probability that scale token (or digit) d states: (d + 0.5)/10, the centre of its calibration bin."""
 
 
 def confidence_logits(model, tok, prompts: list[str]) -> torch.Tensor:
-    """Logits of the digit tokens 0-9 as the answer's first token after each confidence prompt: (N, 10).
+    """Logits of the ten confidence tokens (`confidence_token_ids`: the scale tokens, else the digits
+    0-9) as the answer's first token after each confidence prompt: (N, 10).
 
     Differentiable (the trainer calls it with gradients for the calibration term)."""
     dev = next(model.parameters()).device
     enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(dev)
     logits = model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"],
                    position_ids=position_ids(enc["attention_mask"]), use_cache=False).logits[:, -1, :]
-    return logits[:, digit_token_ids(tok)].float()
+    return logits[:, confidence_token_ids(tok)].float()
 
 
 def expected_confidence(digit_logits: torch.Tensor) -> torch.Tensor:
@@ -283,6 +278,9 @@ class MultiTurnTrainer:
         if not tasks:
             raise ValueError("the multi-turn trainer needs at least one environment source")
         self.model, self.tok, self.cfg, self.tasks = model, tokenizer, config, list(tasks)
+        # before the optimizer: adding the scale tokens may give the model new embedding parameters
+        self.readout = (ConfidenceReadout(model, tokenizer, config.readout_steps, config.readout_buffer)
+                        if config.confidence and config.calib_weight > 0 and config.readout_steps > 0 else None)
         self.opt = OPTIMIZERS.get(config.base.optimizer)(model.parameters(), config.base)
         self.graph = ReferenceGraph(config.proas, seed=config.base.seed) if config.credit == "proas" else None
         self.rng = random.Random(config.base.seed)
@@ -337,6 +335,10 @@ class MultiTurnTrainer:
                 return cfg.calib_weight * calibration_loss(confidence_logits(self.model, self.tok, list(cp)),
                                                            torch.tensor(y), torch.tensor(grp))
         loss, gn = self._update(prompts, comps, advs, calib)
+        readout_brier = None
+        if self.readout is not None and rows:
+            cp, y, _ = zip(*rows)
+            readout_brier = self.readout.fit(cp, y, prompts)
         self.samples += len(prompts)
         self.episodes += len(eps)
         m = episode_metrics(results)
@@ -350,6 +352,8 @@ class MultiTurnTrainer:
                                           / max(1, len(failed)))
         if cfg.confidence:
             m.update(flat_calibration(eps))
+        if readout_brier is not None:
+            m["readout_brier"] = readout_brier
         return m
 
     def _update(self, prompts: list[str], comps: list[list[int]], advs: list[float],
@@ -393,8 +397,8 @@ class MultiTurnTrainer:
 
 def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTurnConfig:
     """The multi-turn trainer for a recipe: algorithm `proas` shapes credit with its `proas.*` knobs,
-    any other algorithm broadcasts GRPO credit; `mt.history`, `mt.confidence`, `mt.calib_weight` and
-    `mt.reward` set how episodes are played."""
+    any other algorithm broadcasts GRPO credit; `mt.<field>` for the fields in `MT_SETTINGS` sets how
+    episodes are played."""
     proas = {k[len("proas."):]: v for k, v in values.items() if k.startswith("proas.")}
     known = set(ProASConfig.__dataclass_fields__)
     if set(proas) - known:
