@@ -16,10 +16,11 @@ from evaluators.textworld_env import EpisodeResult
 from trainers.grpo import GRPOConfig
 from trainers.models import load_policy
 from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,
-                                credit, digit_token_ids, evaluate_episodes, expected_confidence, multi_turn_config, pack,
+                                credit, evaluate_episodes, expected_confidence, multi_turn_config, pack,
                                 play_episodes)
 from trainers.proas import ProASConfig, ReferenceGraph
-from trainers.readout import SCALE_TOKENS, ConfidenceReadout, add_scale_tokens, confidence_token_ids, final_states
+from trainers.readout import (SCALE_TOKENS, ConfidenceReadout, add_scale_tokens, confidence_token_ids, digit_token_ids,
+                              final_states)
 from trainers.tiny import TinySpec, ensure_tiny
 
 

@@ -25,8 +25,8 @@ from trainers.core import ADVANTAGES, AGGREGATIONS
 from trainers.grpo import OPTIMIZERS, GRPOConfig
 from trainers.losses import POLICY_LOSSES, LossInputs
 from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
-from trainers.readout import ConfidenceReadout, confidence_token_ids, digit_token_ids  # noqa: F401 (re-exported)
 from trainers.prompts import format_prompt
+from trainers.readout import ConfidenceReadout, confidence_token_ids
 from trainers.rollout import completion_logprobs, generate, position_ids
 
 CREDITS = ("grpo", "proas")
