@@ -217,8 +217,7 @@ class ProjectConfig(_Strict):
     @model_validator(mode="after")
     def _objectives_ok(self) -> ProjectConfig:
         if not self.objectives:
-            self.objectives = [{f"{d}/{b.name}": b.better} for d, dom in self.domains.items() for b in dom.benchmarks]
-            self.objectives.append({"cost": "min"})
+            self.objectives = [{key: b.better} for key, b in self.benchmarks()] + [{"cost": "min"}]
         known = set(self.benchmark_keys()) | {"cost"}
         for i, obj in enumerate(self.objectives):
             if len(obj) != 1:
@@ -243,11 +242,15 @@ class ProjectConfig(_Strict):
 
     def lower_is_better(self) -> set[str]:
         """The benchmark keys whose metric improves downwards (ece, brier)."""
-        return {f"{d}/{b.name}" for d, dom in self.domains.items() for b in dom.benchmarks if b.better == "min"}
+        return {key for key, b in self.benchmarks() if b.better == "min"}
+
+    def benchmarks(self) -> list[tuple[str, BenchmarkConfig]]:
+        """(`domain/benchmark`, its config) for every benchmark, in file order."""
+        return [(f"{d}/{b.name}", b) for d, dom in self.domains.items() for b in dom.benchmarks]
 
     def benchmark_keys(self) -> list[str]:
         """`domain/benchmark` for every benchmark, in file order."""
-        return [f"{d}/{b.name}" for d, dom in self.domains.items() for b in dom.benchmarks]
+        return [key for key, _ in self.benchmarks()]
 
     @property
     def base_dir(self) -> Path:

@@ -325,19 +325,17 @@ class MultiTurnTrainer:
                 prompts.append(s.prompt)
                 comps.append(s.action_ids)
                 advs.append(x)
-        calib = None
+        calib = readout_brier = None
         rows = [(s.conf_prompt, float(e.result.success), k // c.group_size)
                 for k, e in enumerate(eps) for s in e.steps if s.conf_prompt is not None]
+        cp, y, grp = zip(*rows) if rows else ((), (), ())
         if cfg.confidence and cfg.calib_weight > 0 and rows:
-            cp, y, grp = zip(*rows)
 
             def calib() -> torch.Tensor:
                 return cfg.calib_weight * calibration_loss(confidence_logits(self.model, self.tok, list(cp)),
                                                            torch.tensor(y), torch.tensor(grp))
         loss, gn = self._update(prompts, comps, advs, calib)
-        readout_brier = None
         if self.readout is not None and rows:
-            cp, y, _ = zip(*rows)
             readout_brier = self.readout.fit(cp, y, prompts)
         self.samples += len(prompts)
         self.episodes += len(eps)

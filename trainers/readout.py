@@ -34,13 +34,22 @@ SCALE_TOKENS = tuple(f"<|conf{d}|>" for d in range(10))
 """Token d states the probability (d + 0.5)/10, as digit d did."""
 
 
+def vocab_ids(tok, tokens: Sequence[str]) -> list[int | None]:
+    """Each token's id in `tok`'s vocabulary (added tokens included), None where it has none. Looked up
+    token by token rather than through `get_vocab()`, which builds a dict of the whole vocabulary
+    (about 150k entries for a hub Qwen2) on every call; these lookups run at every turn of every episode."""
+    if not hasattr(tok, "convert_tokens_to_ids"):
+        return [None] * len(tokens)
+    unk = getattr(tok, "unk_token_id", None)
+    return [None if i is None or i == unk else i for i in tok.convert_tokens_to_ids(list(tokens))]
+
+
 def digit_token_ids(tok) -> list[int]:
     """The token ids of the digits 0-9 (the vocabulary's own "0".."9", else a single-token encoding)."""
-    vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
     ids = []
-    for d in range(10):
-        if str(d) in vocab:
-            ids.append(vocab[str(d)])
+    for d, known in enumerate(vocab_ids(tok, [str(d) for d in range(10)])):
+        if known is not None:
+            ids.append(known)
             continue
         enc = tok(str(d), add_special_tokens=False)["input_ids"]
         if len(enc) != 1:
@@ -54,10 +63,8 @@ def digit_token_ids(tok) -> list[int]:
 def confidence_token_ids(tok) -> list[int]:
     """The ten tokens the agent states c_t with: the scale tokens once `add_scale_tokens` added them
     (a policy trained with the readout), else the digits 0-9 (a base model, or the readout off)."""
-    vocab = tok.get_vocab() if hasattr(tok, "get_vocab") else {}
-    if all(t in vocab for t in SCALE_TOKENS):
-        return [vocab[t] for t in SCALE_TOKENS]
-    return digit_token_ids(tok)
+    ids = vocab_ids(tok, SCALE_TOKENS)
+    return ids if None not in ids else digit_token_ids(tok)
 
 
 def add_scale_tokens(model, tok) -> list[int]:
@@ -65,7 +72,7 @@ def add_scale_tokens(model, tok) -> list[int]:
     of its digit's input and output rows; return their ids. A model and tokenizer that have them
     already (a policy trained with the readout, reloaded) keep their rows."""
     digits = digit_token_ids(tok)
-    fresh = not all(t in tok.get_vocab() for t in SCALE_TOKENS)
+    fresh = None in vocab_ids(tok, SCALE_TOKENS)
     if fresh:
         tok.add_tokens(list(SCALE_TOKENS), special_tokens=True)
     ids = [tok.convert_tokens_to_ids(t) for t in SCALE_TOKENS]

@@ -219,7 +219,7 @@ def project_fixed(project: ProjectConfig) -> dict[str, Any]:
     """Settings the project itself decides, whatever the designer: a benchmark that grades the stated
     step confidence (metric auroc, ece or brier; ALGORITHMS.md §5) needs every trial to state it and
     train its calibration term (`mt.confidence`)."""
-    graded = any(bm.metric in CONFIDENCE_METRICS for dom in project.domains.values() for bm in dom.benchmarks)
+    graded = any(b.metric in CONFIDENCE_METRICS for _, b in project.benchmarks())
     return {"mt.confidence": True} if graded else {}
 
 
