@@ -20,6 +20,7 @@ BENCH_TRAIN_GAMES, BENCH_JOBS to resize; 10 seeds on 2 cores: about 14 min, 813 
 
 from __future__ import annotations
 
+import functools
 import math
 import multiprocessing
 import os
@@ -70,8 +71,10 @@ READOUT_STEPS = int(os.environ.get("BENCH_READOUT_STEPS", str(MultiTurnConfig.re
 TAU = 0.5
 
 
+@functools.cache
 def held_out_sets() -> dict[str, tuple]:
-    """name -> (held-out task, games, sampled episodes per game); the first is the verdict's."""
+    """name -> (held-out task, games, sampled episodes per game); the first is the verdict's. Built once
+    per process (a worker grades every model it trains)."""
     big = tasks({"confidence": True, "games": HELD_GAMES}, TRAIN_GAMES)[1]
     small = tasks({"confidence": True}, TRAIN_GAMES)[1]
     return {f"{HELD_GAMES} games x {EPISODES_PER_GAME}": (big, HELD_GAMES, EPISODES_PER_GAME),
