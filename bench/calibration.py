@@ -2,7 +2,8 @@
 
 The agent states, after every action, its chance that the episode will succeed; c_t is the expected
 value of the stated probability (d + 0.5)/10 under the model's distribution over ten confidence
-tokens (`trainers.multiturn.expected_confidence`), asked with the step number and the step limit.
+tokens (`trainers.multiturn.expected_confidence`), asked with the step number and the step limit,
+and notes when the command is not a listed choice and how many earlier ones were not (stop 16).
 The base model learned that format from pre-training items answered with random digits, so it is
 uncalibrated. Per seed, two trainings from the same base: with the calibration term (the
 group-normalized advantage −(c_d − y)² of every level, on the confidence token only:
@@ -15,7 +16,7 @@ the term, held-out step AUROC >= 0.75 and ECE <= 0.15 (medians over seeds).
 
 Run from the repo root: `.venv/bin/python bench/calibration.py` (env BENCH_ITERS, BENCH_SEEDS,
 BENCH_HELD_GAMES, BENCH_EPISODES, BENCH_LR, BENCH_CALIB_WEIGHT, BENCH_READOUT_STEPS,
-BENCH_TRAIN_GAMES, BENCH_JOBS to resize; 10 seeds on 2 cores: about 14 min, 813 s measured).
+BENCH_TRAIN_GAMES, BENCH_JOBS to resize; 10 seeds on 2 cores: about 22 min, 1324 s measured).
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ SMALL = (GAMES, 16)
 LR = float(os.environ.get("BENCH_LR", "3e-4"))
 """As bench/proas.py: at 1e-3 the policy of this model collapses within 12 iterations (docs/agent.md)."""
 CALIB_WEIGHT = float(os.environ.get("BENCH_CALIB_WEIGHT", str(MultiTurnConfig.calib_weight)))
-"""The trainer's default weight of the term (3), chosen on tuning seeds 100 and 101, disjoint from the
-bench's seeds, among 1, 3, 5 and 10 (docs/agent.md)."""
+"""The trainer's default weight of the term: 1 since stop 16, when the confidence question began to note
+unlisted commands (chosen by a rule set before the runs, on tuning seeds 100-109; docs/agent.md)."""
 READOUT_STEPS = int(os.environ.get("BENCH_READOUT_STEPS", str(MultiTurnConfig.readout_steps)))
 """With the term: the scale tokens' readout fit (`trainers.readout`); without it: none (the digits)."""
 TAU = 0.5

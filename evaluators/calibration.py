@@ -24,13 +24,23 @@ class ConfidenceRecord:
     success: bool
 
 
-def confidence_question(obs: str, action: str, step: int | None = None, limit: int | None = None) -> str:
+def confidence_question(obs: str, action: str, step: int | None = None, limit: int | None = None,
+                        listed: bool = True, earlier_unlisted: int = 0) -> str:
     """The prompt after an action: the agent rates, 0-9, how likely the episode is to succeed.
 
     With `step` and `limit` the prompt says which step of the step limit this action is: under a step
     limit the chance of success depends on the steps left, which the compact observation does not show.
+    `listed` False notes that the command is not one of the observation's choices, and
+    `earlier_unlisted` how many of the episode's earlier commands were not: what the environment's
+    interface answers when it resolves a command, and what the agent, which sees no history, cannot
+    recall. A listed command with no earlier unlisted one reads as before.
     """
-    when = f" (step {step} of {limit})" if step is not None and limit is not None else ""
+    notes = [f"step {step} of {limit}"] if step is not None and limit is not None else []
+    if not listed:
+        notes.append("not a listed choice")
+    if earlier_unlisted:
+        notes.append(f"{earlier_unlisted} earlier not listed")
+    when = f" ({'; '.join(notes)})" if notes else ""
     return f"{obs}\ndo: {action}{when}\nsuccess 0-9?"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from evaluators.calibration import confidence_question
 from evaluators.envs import EnvSettings, StepInfo, TextEnv
 from evaluators.sources import SourceSpec
 from evaluators.textworld_env import EpisodeResult
@@ -194,6 +195,29 @@ def test_calibration_loss_by_hand():
     # groups are normalized separately: scaling one group's size does not change the other's advantages
     a = calibration_loss(torch.zeros(3, 10), torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
     assert a.item() == pytest.approx(0.0, abs=1e-6)
+
+
+def test_confidence_question_notes_unlisted_commands(policy, monkeypatch):
+    """The question after an action says when the command is not one of the listed choices, and how
+    many earlier commands of the episode were not; a listed one with none before reads as before."""
+    import trainers.multiturn as mt
+
+    script = iter(["jump", "go east", "take coin"])
+    real = mt.generate
+
+    def scripted(*a, **k):
+        ro = real(*a, **k)
+        ro.texts = [next(script)]
+        return ro
+
+    monkeypatch.setattr(mt, "generate", scripted)
+    model, tok = load_policy(policy, "cpu")
+    (ep,) = play_episodes(model, tok, [Corridor()], ["c"], greedy=True, confidence=True)
+    assert [s.valid for s in ep.steps] == [False, True, True] and ep.result.success
+    notes = [s.conf_prompt.split("\ndo: ")[1].split("\n")[0] for s in ep.steps]
+    assert notes == ["jump (step 1 of 4; not a listed choice)", "go east (step 2 of 4; 1 earlier not listed)",
+                     "take coin (step 3 of 4; 1 earlier not listed)"]
+    assert confidence_question("o", "go east", 1, 4) == "o\ndo: go east (step 1 of 4)\nsuccess 0-9?"
 
 
 def test_calibration_term_reaches_the_confidence_token(policy):

@@ -49,11 +49,11 @@ class MultiTurnConfig:
     """The agent states its probability of success after each action: c_t is the expected value of
     the stated probability (d + 0.5)/10 under its distribution over ten confidence tokens (the scale
     tokens of `trainers.readout` when the readout is fitted, else the digits 0-9)."""
-    calib_weight: float = 3.0
+    calib_weight: float = 1.0
     """Weight of the calibration term when `confidence` is on: the group-normalized advantage
     −(c_d − y)² of every level d the agent could state, on the confidence token only
-    (`calibration_loss`; 0: stated, not trained, and no readout fit). 3 was the best of 1, 3, 5 and 10
-    on two tuning seeds of bench/calibration.py (held-out AUROC and ECE; docs/agent.md)."""
+    (`calibration_loss`; 0: stated, not trained, and no readout fit). 1 since the confidence question
+    notes unlisted commands (stop 16: with 3 the held-out success fell; tuning seeds, docs/agent.md)."""
     readout_steps: int = 50
     """With `confidence` on, `calib_weight` > 0 and this > 0: the agent states c_t with ten scale
     tokens of its own, whose output rows are fitted by this many Adam steps after each iteration
@@ -140,10 +140,12 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
         ro = generate(model, tok, prompts, 1, temperature, max_new_tokens, greedy=greedy)
         conf = None
         if confidence:
-            cq = [format_prompt(confidence_question(eps[i].obs, normalize_command(ro.texts[j]), len(eps[i].steps) + 1,
-                                                    getattr(getattr(envs[i], "settings", None), "max_steps", None)),
-                                tok)
-                  for j, i in enumerate(active)]
+            cq = [format_prompt(confidence_question(
+                eps[i].obs, normalize_command(ro.texts[j]), len(eps[i].steps) + 1,
+                getattr(getattr(envs[i], "settings", None), "max_steps", None),
+                listed=resolve_action(ro.texts[j], eps[i].info.admissible) in eps[i].info.admissible,
+                earlier_unlisted=sum(not s.valid for s in eps[i].steps)), tok)
+                for j, i in enumerate(active)]
             conf = expected_confidence(confidence_logits(model, tok, cq)).tolist()
         still = []
         for j, i in enumerate(active):
