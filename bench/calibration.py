@@ -145,9 +145,10 @@ BANDS = ((0.0, 0.8), (0.8, 0.95), (0.95, 1.01))
 
 
 def by_success(rows: list[dict], set_name: str) -> str:
-    """The median AUROC of the seeds in each band of held-out success. Where the policy still fails
-    often its failures follow from what the state shows; where it wins 95% or more, the few lost
-    episodes are slips, and an AUROC over so few negatives is near chance (docs/agent.md, stop 16)."""
+    """The median AUROC of the seeds in each band of held-out success: over 30 seeds of the stop-15
+    default the AUROC was high where the policy still failed often and near chance where it won 95% or
+    more (few negatives to rank), so a verdict partly reflects how good the policy got on its seeds
+    (docs/agent.md, stop 16)."""
     parts = []
     for lo, hi in BANDS:
         vals = [r[set_name]["AUROC"] for r in rows if lo <= r[set_name]["success"] < hi]
