@@ -138,12 +138,13 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
         prompts = [format_prompt("\n".join(eps[i].turns[-2 * history:] + [eps[i].obs]) if history else eps[i].obs, tok)
                    for i in active]
         ro = generate(model, tok, prompts, 1, temperature, max_new_tokens, greedy=greedy)
+        cmds = [resolve_action(ro.texts[j], eps[i].info.admissible) for j, i in enumerate(active)]
         conf = None
         if confidence:
             cq = [format_prompt(confidence_question(
                 eps[i].obs, normalize_command(ro.texts[j]), len(eps[i].steps) + 1,
                 getattr(getattr(envs[i], "settings", None), "max_steps", None),
-                listed=resolve_action(ro.texts[j], eps[i].info.admissible) in eps[i].info.admissible,
+                listed=cmds[j] in eps[i].info.admissible,
                 earlier_unlisted=sum(not s.valid for s in eps[i].steps)), tok)
                 for j, i in enumerate(active)]
             conf = expected_confidence(confidence_logits(model, tok, cq)).tolist()
@@ -151,7 +152,7 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
         for j, i in enumerate(active):
             ep, env = eps[i], envs[i]
             st = ep.info
-            cmd = resolve_action(ro.texts[j], st.admissible)
+            cmd = cmds[j]
             step = Step(prompts[j], _ids(ro, j), cmd, st.state_key, cmd in st.admissible)
             if conf is not None:
                 step.conf_prompt, step.confidence = cq[j], conf[j]
