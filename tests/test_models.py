@@ -35,6 +35,26 @@ def test_tiny_builds_caches_and_loads_as_hf_folder(tmp_path):
     assert lp.shape == ro.completion_mask.shape and torch.all(lp <= 0) and torch.all(ent >= 0)
 
 
+def test_tiny_build_does_not_depend_on_the_thread_count(tmp_path):
+    from safetensors.torch import load_file
+
+    # big enough that a matrix product splits over threads (the 32-wide SPEC's never does)
+    spec = TinySpec(hidden_size=64, layers=2, heads=2, kv_heads=1, intermediate_size=128, pretrain_steps=10,
+                    batch_size=32, vocab_size=270)
+    threads = torch.get_num_threads()
+    weights = []
+    try:
+        for n in (2, 1):
+            torch.set_num_threads(n)
+            path = ensure_tiny(PAIRS, tmp_path / str(n), spec)
+            weights.append(load_file(str(path / "model.safetensors")))
+            assert torch.get_num_threads() == n  # the caller's setting is restored
+    finally:
+        torch.set_num_threads(threads)
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])
+
+
 def test_missing_model_is_a_clear_error(tmp_path):
     with pytest.raises(ModelLoadError, match="no-such-model: no such folder"):
         load_policy(str(tmp_path / "no-such-model"), device="cpu")

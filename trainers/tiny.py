@@ -143,7 +143,14 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     corpus = with_habit(pairs, spec.habit_rate, spec.seed)
     tokenizer = build_tokenizer([format_prompt(q, None) + a for q, a in corpus], spec.vocab_size)
     model = build_model(len(tokenizer), spec, tokenizer)
-    losses = pretrain(model, tokenizer, corpus, spec, progress)
+    threads = torch.get_num_threads()
+    # one thread: the same weights on a 2-core and a 16-core machine (measured: 1 vs 2 threads differ by
+    # 1e-6 after 20 steps, and RL from the two bases diverges to different results; docs/agent.md stop 17)
+    torch.set_num_threads(1)
+    try:
+        losses = pretrain(model, tokenizer, corpus, spec, progress)
+    finally:
+        torch.set_num_threads(threads)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
