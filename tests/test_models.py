@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from trainers.models import ModelLoadError, load_policy
 from trainers.rollout import completion_logprobs, generate
@@ -36,8 +37,6 @@ def test_tiny_builds_caches_and_loads_as_hf_folder(tmp_path):
 
 
 def test_tiny_build_does_not_depend_on_the_thread_count(tmp_path):
-    from safetensors.torch import load_file
-
     # big enough that a matrix product splits over threads (the 32-wide SPEC's never does)
     spec = TinySpec(hidden_size=64, layers=2, heads=2, kv_heads=1, intermediate_size=128, pretrain_steps=10,
                     batch_size=32, vocab_size=270)

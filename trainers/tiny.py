@@ -144,8 +144,8 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     tokenizer = build_tokenizer([format_prompt(q, None) + a for q, a in corpus], spec.vocab_size)
     model = build_model(len(tokenizer), spec, tokenizer)
     threads = torch.get_num_threads()
-    # one thread: the same weights on a 2-core and a 16-core machine (measured: 1 vs 2 threads differ by
-    # 1e-6 after 20 steps, and RL from the two bases diverges to different results; docs/agent.md stop 17)
+    # one thread: the same weights whatever the machine's core count, on the same kind of CPU (measured:
+    # 1 vs 2 threads differ by 1e-6 after 20 steps, and RL from two such bases ends elsewhere; docs/agent.md stop 17)
     torch.set_num_threads(1)
     try:
         losses = pretrain(model, tokenizer, corpus, spec, progress)
