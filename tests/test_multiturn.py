@@ -22,6 +22,7 @@ from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step
 from trainers.proas import ProASConfig, ReferenceGraph
 from trainers.readout import (SCALE_TOKENS, ConfidenceReadout, add_scale_tokens, confidence_token_ids, digit_token_ids,
                               final_states)
+from trainers.threads import torch_threads
 from trainers.tiny import TinySpec, ensure_tiny
 
 
@@ -72,10 +73,8 @@ class CorridorTask:
 @pytest.fixture(scope="module", autouse=True)
 def one_thread():
     """These models are tiny: one thread is as fast, and far faster when the cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture(scope="module")

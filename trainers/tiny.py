@@ -23,9 +23,10 @@ import torch
 import trainers.models  # noqa: F401  (quiets transformers' load/save bars)
 from trainers.prompts import format_prompt
 from trainers.sft import supervised_batch
+from trainers.threads import torch_threads
 
 PAD = "<|pad|>"
-BUILD_VERSION = 4  # bump when the recipe below changes, so caches rebuild
+BUILD_VERSION = 5  # bump when the recipe below changes, so caches rebuild (5: pre-trained on one thread)
 
 
 @dataclass(frozen=True)
@@ -143,14 +144,10 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     corpus = with_habit(pairs, spec.habit_rate, spec.seed)
     tokenizer = build_tokenizer([format_prompt(q, None) + a for q, a in corpus], spec.vocab_size)
     model = build_model(len(tokenizer), spec, tokenizer)
-    threads = torch.get_num_threads()
     # one thread: the same weights whatever the machine's core count, on the same kind of CPU (measured:
     # 1 vs 2 threads differ by 1e-6 after 20 steps, and RL from two such bases ends elsewhere; docs/agent.md stop 17)
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         losses = pretrain(model, tokenizer, corpus, spec, progress)
-    finally:
-        torch.set_num_threads(threads)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)

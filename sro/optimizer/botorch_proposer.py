@@ -57,6 +57,7 @@ from sro.optimizer.hypervolume import study_reference_point
 from sro.proposers import PROPOSERS, sobol_recipes
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
+from trainers.threads import torch_threads
 
 Objective = tuple[str, str]
 """(key, "max" | "min"); key "cost" reads `record.cost["wall_s"]`, any other key `record.scores`."""
@@ -457,15 +458,9 @@ def _torch_threads(n: int | None) -> Iterator[None]:
     """Torch intra-op threads set to n while proposing (None: unchanged); also hides linear_operator's
     notice that torch's sparse-tensor invariant checks are off, which its box decompositions trigger
     on every search and which says nothing to a user."""
-    before = torch.get_num_threads()
-    if n is not None:
-        torch.set_num_threads(n)
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
-            yield
-    finally:
-        torch.set_num_threads(before)
+    with torch_threads(n), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+        yield
 
 
 def _baseline(model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, cap: int = 32) -> torch.Tensor:
