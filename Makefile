@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo demo-quickstart demo-agent test clean
+.PHONY: setup demo demo-quickstart demo-agent lint test clean
 
 setup: $(STAMP)
 
@@ -27,7 +27,11 @@ demo-quickstart: setup
 demo-agent: setup
 	$(BIN)/sro search search_spaces/agent.yaml --budget 5m
 
-test: setup
+# pyflakes and syntax errors (the rules in pyproject.toml), in seconds, before the suite
+lint: setup
+	$(BIN)/ruff check sro trainers evaluators tests bench
+
+test: lint
 	$(BIN)/python -m pytest -q
 
 clean:
