@@ -13,6 +13,10 @@ later, final no lower).
 Run from the repo root: `.venv/bin/python bench/proas.py` (10 seeds, one process per core: about 7.5 min on 2 cores, 444 s measured;
 env BENCH_SEEDS, BENCH_ITERS to resize; BENCH_METHODS to run a subset, BENCH_PROAS='{"lam": 0.25}' to change ProAS's
 settings, BENCH_MAX_STEPS, BENCH_LR, BENCH_TRAIN_GAMES, BENCH_JOBS to override the settings below).
+BENCH_MODEL (a local model folder or an HF model id) replaces the embedded tiny base model and
+BENCH_DEVICE (cpu | cuda | auto) picks where it trains: the speed goal is about long-horizon games
+(BENCH_LEVEL 4 and up), which the tiny model cannot play (docs/agent.md), so a larger model on a GPU
+host is what would test it.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch  # noqa: E402
 from evaluators.sources import SourceSpec, derive_seed  # noqa: E402
 from evaluators.textworld_env import TextWorldTask  # noqa: E402
 from trainers.grpo import GRPOConfig  # noqa: E402
-from trainers.models import load_policy  # noqa: E402
+from trainers.models import load_policy, missing_local_folder  # noqa: E402
 from trainers.multiturn import MultiTurnConfig, MultiTurnTrainer, evaluate_episodes, play_episodes  # noqa: E402
 from trainers.proas import ProASConfig  # noqa: E402
 from trainers.tiny import TinySpec, ensure_tiny  # noqa: E402
@@ -68,6 +72,9 @@ SMOOTH = 3
 """Evaluations averaged for the smoothed curve (192 episodes, SE about 0.03): a single evaluation's
 first crossing of the threshold is mostly noise (docs/agent.md)."""
 PRETRAIN = TinySpec(pretrain_steps=150, habit_rate=0.3)
+MODEL = os.environ.get("BENCH_MODEL", "")
+"""A base model to use instead of the tiny one (empty: the tiny model, pre-trained on sibling games)."""
+DEVICE = os.environ.get("BENCH_DEVICE", "cpu")
 PROAS = {"graph_source": "both", "lam": 0.5, "gate": "hard", **json.loads(os.environ.get("BENCH_PROAS", "{}"))}
 """ProAS settings of both ProAS rows; env BENCH_PROAS (a JSON object) overrides some, for ablations."""
 METHODS = {
@@ -96,12 +103,12 @@ def base_model(train: TextWorldTask, spec: TinySpec = PRETRAIN) -> Path:
     return ensure_tiny(pairs, "runs/.cache", spec)
 
 
-def prepare(train: TextWorldTask) -> Path:
+def prepare(train: TextWorldTask) -> Path | str:
     """Generate (or find cached) every training game and the base model once, before worker processes
     start and would each build them; returns the base model's path."""
     for g in range(train.n_games):
         train.game_path(g)
-    return base_model(train)
+    return MODEL or base_model(train)
 
 
 def held_out_success(model, tok, held: TextWorldTask) -> float:
@@ -116,11 +123,11 @@ def run_job(method: str, seed: int) -> dict:
     """`run` in a worker process (one torch thread), with the tasks and base model rebuilt there."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     train, held = tasks()
-    return run(method, seed, base_model(train), train, held)
+    return run(method, seed, MODEL or base_model(train), train, held)
 
 
-def run(method: str, seed: int, base: Path, train: TextWorldTask, held: TextWorldTask) -> dict:
-    model, tok = load_policy(base, "cpu")
+def run(method: str, seed: int, base: Path | str, train: TextWorldTask, held: TextWorldTask) -> dict:
+    model, tok = load_policy(base, DEVICE)
     cfg = MultiTurnConfig(GRPOConfig(lr=LR, steps=ITERS, group_size=8, prompts_per_step=4, max_new_tokens=10,
                                      warmup_steps=2, seed=seed), **METHODS[method])
     tr = MultiTurnTrainer(model, tok, cfg, [train])
@@ -146,10 +153,14 @@ def main() -> int:
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     t0 = time.time()
     train, held = tasks()
-    prepare(train)
+    if MODEL and missing_local_folder(MODEL):
+        print(f"BENCH_MODEL={MODEL}: no such folder; give a local model folder that exists, or an HF model id")
+        return 2
+    base = prepare(train)
     never = (ITERS + 1) * EPISODES_PER_ITER  # an unreached threshold counts as one iteration past the budget
     chosen = [m for m in METHODS if m in os.environ.get("BENCH_METHODS", ",".join(METHODS)).split(",")]
     rows: dict[str, list[dict]] = {m: [] for m in chosen}
+    print(f"base model {base}, device {DEVICE}")
     print(f"{FAMILY} level {LEVEL}, {TRAIN_GAMES} train / {GAMES} held-out games, step limit {MAX_STEPS}, lr {LR:g}, "
           f"{ITERS} iterations x {EPISODES_PER_ITER} episodes, held-out {GAMES}x{EVAL_EPISODES} sampled episodes "
           f"after every iteration, smoothed over {SMOOTH} evaluations, threshold {THRESHOLD}")

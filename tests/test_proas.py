@@ -87,6 +87,29 @@ def test_rules_override_distilled_and_corruption_flips_a_share():
     assert cg.stats()["graph_states"] == 500
 
 
+def test_off_reference_command_is_a_deviation_until_distilled():
+    """v_off: at a state whose walkthrough is known, another admissible command (going back, look) has
+    validity v_off, the reference command 1, an inadmissible one 0; the distilled estimate replaces
+    v_off once the edge has n_min occurrences; a state without a walkthrough stays at v_unk; and the
+    failed episode's penalty then lands on the first wrong turn."""
+    cfg = ProASConfig(graph_source="both", v_off=0.2, n_min=2, theta_v=0.5)
+    g = ReferenceGraph(cfg)
+    g.observe_state("hall", ["go east", "go west", "look"], walkthrough=["go east", "take coin"])
+    g.observe_state("den", ["go north", "look"])  # no walkthrough known here
+    assert g.validity(("hall", "go east")) == 1.0
+    assert g.validity(("hall", "go west")) == 0.2 and g.validity(("hall", "look")) == 0.2
+    assert g.validity(("hall", "dance")) == 0.0
+    assert g.validity(("den", "look")) == cfg.v_unk
+    g.add_iteration([([("hall", "look")], True), ([("hall", "look")], True)])  # n⁺ = 2 = n_min
+    assert g.validity(("hall", "look")) == pytest.approx((2 + 1) / (2 + 2))
+    assert ReferenceGraph(ProASConfig()).cfg.v_off == 1.0  # neutral by default: as before the knob
+    # a failed 3-step episode: right, wrong turn (go west), right; K = 1, λ = 1: all of A·T on step 2
+    vs = [g.validity(e) for e in [("hall", "go east"), ("hall", "go west"), ("hall", "go east")]]
+    assert step_advantages([-1.0], [vs], ProASConfig(lam=1.0, k_dev=1))[0] == [0.0, -3.0, 0.0]
+    with pytest.raises(ValueError, match="v_off must be in"):
+        ProASConfig(v_off=1.5)
+
+
 def test_config_rejects_bad_knobs():
     with pytest.raises(ValueError, match="gate must be soft or hard"):
         ProASConfig(gate="medium")

@@ -104,6 +104,8 @@ PROAS = (  # trainers.proas.ProASConfig; read by trainers.multiturn.multi_turn_c
          help="edge validity from the env's rules + walkthroughs, distilled rollouts, or both"),
     Knob("proas.theta_v", "float", 0.1, 0.9, help="a step is a deviation when its validity is below this"),
     Knob("proas.v_unk", "float", 0.5, 1.0, help="validity of unknown edges (1: neutral)"),
+    Knob("proas.v_off", "float", 0.0, 1.0,
+         help="validity of an admissible command off the walkthrough (1: neutral; below theta_v: a deviation)"),
     Knob("proas.n_min", "int", 1, 16, help="occurrences before an edge's distilled estimate counts"),
     Knob("proas.window", "int", 1, 32, help="iterations of rollouts the distilled estimate covers"),
     Knob("proas.lam", "float", 0.0, 1.0, help="share of a failed episode's penalty moved to its first deviations"),

@@ -4,7 +4,8 @@ Episode-level reward and GRPO's critic-free group baseline, plus an *agentic ref
 state-action edges e = (φ(s), κ(a)) with a validity v(e) ∈ [0, 1], built from the environment's
 rules (an inadmissible command has v = 0), walkthroughs (edges of the reference solution have
 v = 1) and rollouts distilled over the last W iterations (v = (n⁺ + a)/(n⁺ + n⁻ + a + b) once
-n⁺ + n⁻ ≥ n_min); unknown edges get v_unk. Then per step t of episode i with group advantage A_i:
+n⁺ + n⁻ ≥ n_min); an admissible command off the reference solution gets v_off until distilled;
+unknown edges get v_unk. Then per step t of episode i with group advantage A_i:
 
 - Masking Unreasonable Incentives (A_i > 0): Â_{i,t} = A_i·g_{i,t}, g = v (soft) or 1[v ≥ θ_v] (hard);
   optionally rescaled so the episode keeps its total positive credit, moved onto its valid steps.
@@ -34,6 +35,11 @@ class ProASConfig:
     """θ_v: a step is a deviation when v < θ_v; the hard gate keeps steps with v ≥ θ_v."""
     v_unk: float = 1.0
     """Validity of an edge the graph knows nothing about (1 = neutral: plain GRPO credit)."""
+    v_off: float = 1.0
+    """Validity of an admissible command other than the reference solution's next one, at a state where
+    that is known (the walkthrough from this state), until the distilled estimate has n_min
+    occurrences. 1 = neutral (another route may be as good); below θ_v such a command is a deviation,
+    so a failed episode's penalty can move onto its first wrong turn, not only onto invalid commands."""
     n_min: int = 4
     """Occurrences an edge needs in the window before its distilled estimate is used."""
     window: int = 8
@@ -61,7 +67,7 @@ class ProASConfig:
             problems.append(f"graph_source must be rules, distilled or both (got {self.graph_source!r})")
         if self.gate not in ("soft", "hard"):
             problems.append(f"gate must be soft or hard (got {self.gate!r})")
-        for name in ("theta_v", "v_unk", "lam", "corrupt"):
+        for name in ("theta_v", "v_unk", "v_off", "lam", "corrupt"):
             if not 0.0 <= float(getattr(self, name)) <= 1.0:
                 problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")
         if not 0.0 < self.rho <= 1.0:
@@ -86,6 +92,8 @@ class ReferenceGraph:
         self.admissible: dict[str, frozenset[str]] = {}
         """φ(s) → commands the environment's rules accept there."""
         self.walkthrough: set[Edge] = set()
+        self.reference: dict[str, str] = {}
+        """φ(s) → the reference solution's next command from there."""
         self._window: deque[Counter] = deque(maxlen=cfg.window)  # per iteration: edge → (n⁺, n⁻) as 2 counters
         self._window_neg: deque[Counter] = deque(maxlen=cfg.window)
 
@@ -95,6 +103,7 @@ class ReferenceGraph:
         self.admissible[state] = frozenset(admissible)
         if walkthrough:
             self.walkthrough.add((state, walkthrough[0]))
+            self.reference[state] = walkthrough[0]
 
     def add_iteration(self, episodes: Sequence[tuple[Sequence[Edge], bool]]) -> None:
         """Distil one iteration of rollouts: each episode's edges counted as successful or failed."""
@@ -120,6 +129,8 @@ class ReferenceGraph:
             n_pos, n_neg = self.counts(edge)
             if n_pos + n_neg >= self.cfg.n_min:
                 return (n_pos + self.cfg.prior_a) / (n_pos + n_neg + self.cfg.prior_a + self.cfg.prior_b)
+        if src in ("rules", "both") and state in self.reference:  # admissible, off the reference solution
+            return self.cfg.v_off
         return None
 
     def corrupted(self, edge: Edge) -> bool:
