@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -98,11 +99,20 @@ class Ledger:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         url = project.storage or f"sqlite:///{self.run_dir / 'study.db'}"
-        self.storage = optuna.storages.RDBStorage(url)
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
-        self.study = optuna.create_study(study_name=project.name, storage=self.storage,
-                                         directions=directions, load_if_exists=True)
+        for attempt in range(5):
+            try:
+                self.storage = optuna.storages.RDBStorage(url)
+                self.study = optuna.create_study(study_name=project.name, storage=self.storage,
+                                                 directions=directions, load_if_exists=True)
+                break
+            except sqlalchemy.exc.SQLAlchemyError:
+                # workers started together race to create the storage's tables or the study (a
+                # unique-constraint or "database is locked" error); the loser finds them made
+                if attempt == 4:
+                    raise
+                time.sleep(0.5 * (attempt + 1))
         if list(self.study.directions) != [optuna.study.StudyDirection[d.upper()] for d in directions]:
             raise ValueError(f"{url}: study {project.name!r} has other objectives; use a new project name")
         self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
@@ -125,14 +135,32 @@ class Ledger:
                 self.storage.set_trial_user_attr(t._trial_id, "interrupted", True)
                 self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
-    def start(self, recipe: Recipe, space: RecipeSpace) -> optuna.Trial:
-        self.study.enqueue_trial(recipe.values, user_attrs={"recipe": recipe.to_dict(), "key": recipe.key})
-        trial = self.study.ask(distributions(space, recipe.values))
-        trial.set_user_attr("pid", os.getpid())
-        trial.set_user_attr("host", socket.gethostname())
-        trial.set_user_attr("space_version", space.version)
-        trial.set_user_attr("started", time.time())
-        return trial
+    def start(self, recipe: Recipe, space: RecipeSpace) -> optuna.Trial | None:
+        """A RUNNING trial of `recipe`, or None when another worker sharing the storage claimed the
+        same recipe first (then propose again).
+
+        The trial is created in one storage call, not with `enqueue_trial` + `ask`: `ask` pops the
+        oldest waiting trial, which with several workers can be another worker's recipe, and the
+        scores would be recorded against the wrong recipe. Two workers that propose the same recipe
+        at once (both saw the same history) both create a trial; the storage numbers them in order,
+        and the later one is withdrawn: marked failed with `withdrawn`, which `records` skips.
+        """
+        dists = distributions(space, recipe.values)
+        frozen = optuna.trial.create_trial(
+            state=TrialState.RUNNING, params={k: recipe.values[k] for k in dists}, distributions=dists,
+            user_attrs={"recipe": recipe.to_dict(), "key": recipe.key, "pid": os.getpid(),
+                        "host": socket.gethostname(), "space_version": space.version, "started": time.time()})
+        study_id = self.storage.get_study_id_from_name(self.study.study_name)
+        trial = optuna.Trial(self.study, self.storage.create_new_trial(study_id, template_trial=frozen))
+        # an interrupted or budget-stopped record of the recipe is what a retry reruns: not a claim
+        rival = next((r.number for r in self.records() if r.number < trial.number and r.recipe.key == recipe.key
+                      and r.state not in ("interrupted", "stopped")), None)
+        if rival is None:
+            return trial
+        trial.set_user_attr("withdrawn", True)
+        trial.set_user_attr("message", f"withdrawn: trial {rival} already has this recipe (another worker)")
+        self.study.tell(trial, state=TrialState.FAIL)
+        return None
 
     def progress(self, trial: optuna.Trial, curve: list[dict[str, float]]) -> None:
         trial.set_user_attr("curve", curve)
@@ -187,7 +215,7 @@ class Ledger:
     def records(self) -> list[TrialRecord]:
         out = []
         for t in self.study.get_trials(deepcopy=False):
-            if "recipe" not in t.user_attrs:
+            if "recipe" not in t.user_attrs or t.user_attrs.get("withdrawn"):
                 continue
             a = t.user_attrs
             state = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running"}.get(t.state, "failed")

@@ -162,6 +162,10 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     break
                 recipe = proposed[0]
             trial = ledger.start(recipe, space)
+            if trial is None:  # another worker on this storage claimed the same recipe a moment earlier
+                progress.console.print(f"[dim]recipe {recipe.key} is already another worker's trial; "
+                                       "proposing another[/]")
+                continue
             steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
             step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
             curve: list[dict[str, float]] = []

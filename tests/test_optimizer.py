@@ -185,7 +185,7 @@ class _RandomPick(BoTorchProposer):
     """The same GP-free candidate pool, but picks at random: isolates what the acquisition adds."""
 
     def _select(self, model: object, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
-                cands: list, known: set, n: int) -> list[int]:
+                cands: list, known: set, n: int, X_run: torch.Tensor | None = None) -> list[int]:
         return torch.randperm(len(X_pool), generator=torch.Generator().manual_seed(len(X)))[:n].tolist()
 
 
@@ -272,6 +272,36 @@ def test_proposer_acquisition_uses_the_stated_reference_point() -> None:
     assert len(p.propose(recs, 2)) == 2
     with pytest.raises(ValueError, match="not objectives"):
         BoTorchProposer(space, objectives=objectives, ref_point={"h": 1.0})
+
+
+def test_running_trials_of_other_workers_are_pending_points() -> None:
+    """A trial another worker is running counts as a pending point: the next proposal moves away from
+    it, where a failed trial at the same recipe (excluded by key only) leaves its neighbourhood open.
+    The acquisition is handed the running recipe's encoding (spied)."""
+    space = RecipeSpace([Param("x", "float", 0.0, 1.0), Param("y", "float", 0.0, 1.0)])
+    objectives = [("f", "max"), ("g", "max")]
+    recs = [TrialRecord(i, "complete", Recipe(v), {"f": -(v["x"] - 0.3) ** 2 - v["y"] ** 2,
+                                                   "g": -(v["x"] - 0.7) ** 2 - v["y"] ** 2}, {})
+            for i, v in enumerate(space.sobol(8, seed=1))]
+    first = BoTorchProposer(space, seed=0, objectives=objectives).propose(recs, 1)[0]
+    dist = {}
+    for state in ("failed", "running"):
+        p = BoTorchProposer(space, seed=0, objectives=objectives)
+        seen: list = []
+        acq = p._acquisition
+        p._acquisition = lambda m, X, Y, pend, max_pending=0, acq=acq: (seen.append(pend), acq(m, X, Y, pend, max_pending))[1]
+        nxt = p.propose([*recs, TrialRecord(8, state, first)], 1)[0]
+        dist[state] = math.dist((nxt.values["x"], nxt.values["y"]), (first.values["x"], first.values["y"]))
+        if state == "running":
+            assert torch.allclose(seen[0], p.encoder.encode_many([first.values]))
+        else:
+            assert seen[0] is None
+    assert dist["running"] > 2 * dist["failed"], dist
+    none = BoTorchProposer(space, seed=0, objectives=objectives, max_running=0)
+    assert none.propose([*recs, TrialRecord(8, "running", first)], 1)[0].key != first.key
+    # an Optuna trial still being sampled (no recipe yet) is skipped, not encoded
+    assert len(BoTorchProposer(space, seed=0, objectives=objectives).propose(
+        [*recs, TrialRecord(8, "running", Recipe({"_trial": 8}))], 1)) == 1
 
 
 def test_saved_hyperparameters_resume_a_proposer_warm(micro_project, tmp_path) -> None:

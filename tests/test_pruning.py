@@ -127,7 +127,7 @@ params:
 def test_ledger_end_early_keeps_partial_results_off_the_front(micro_project, tmp_path) -> None:
     project = load_project(micro_project("early"))
     ledger = Ledger(project, tmp_path / "early")
-    recipes = [Recipe(v, dict(SPACE.fixed)) for v in SPACE.sobol(3, seed=0)]
+    recipes = [Recipe(v, dict(SPACE.fixed)) for v in SPACE.sobol(4, seed=0)]
     t0 = ledger.start(recipes[0], SPACE)
     ledger.report_intermediate(t0, 1 / 3, {"arithmetic/add": 0.2, "cost": 1.0})
     ledger.report_intermediate(t0, 2 / 3, {"arithmetic/add": 0.1, "cost": 2.0})
@@ -137,7 +137,8 @@ def test_ledger_end_early_keeps_partial_results_off_the_front(micro_project, tmp
     t2 = ledger.start(recipes[2], SPACE)
     ledger.finish(t2, {"arithmetic/add": 0.05}, {"wall_s": 4.0}, [])
     with pytest.raises(ValueError, match="state must be one of"):
-        ledger.end_early(ledger.start(recipes[0], SPACE), "failed", {}, {}, [])
+        ledger.end_early(ledger.start(recipes[3], SPACE), "failed", {}, {}, [])
+    assert ledger.start(recipes[2], SPACE) is None  # finished already: a second claim is withdrawn
     recs = Ledger(project, tmp_path / "early").records()
     assert [r.state for r in recs[:3]] == ["pruned", "collapsed", "complete"]
     assert all(r.finished for r in recs[:3])

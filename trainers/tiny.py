@@ -12,7 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -148,11 +150,16 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     # 1 vs 2 threads differ by 1e-6 after 20 steps, and RL from two such bases ends elsewhere; docs/agent.md stop 17)
     with torch_threads(1):
         losses = pretrain(model, tokenizer, corpus, spec, progress)
-    tmp = out.with_name(out.name + ".tmp")
+    # written beside the cache under this process's own name, then renamed into place: several search
+    # workers starting together each build the same model, and the first rename wins
+    tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     info = {"spec": asdict(spec), "pairs": len(pairs), "final_loss": losses[-1] if losses else None,
             "seconds": round(time.time() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
     (tmp / "build.json").write_text(json.dumps(info, indent=2))
-    tmp.rename(out) if not out.exists() else None
+    try:
+        tmp.rename(out)
+    except OSError:  # another process renamed its (identical) build first
+        shutil.rmtree(tmp, ignore_errors=True)
     return out

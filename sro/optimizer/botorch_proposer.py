@@ -17,7 +17,8 @@
    add the decoded results,
 6) pick `n` of them greedily by qLogNEHVI (Ament et al. 2023, "Unexpected Improvements to Expected
    Improvement for Bayesian Optimization", arXiv 2310.20708; the noisy hypervolume criterion of
-   Daulton et al. 2021, arXiv 2105.08195), the earlier picks passed as `X_pending`, the reference
+   Daulton et al. 2021, arXiv 2105.08195), the earlier picks and the study's running trials (other
+   workers' on a shared storage, `max_running`) passed as `X_pending`, the reference
    point inferred from the data (`hypervolume.study_reference_point(front=True)`: 10% of the observed
    Pareto front's range below its nadir; for the cost, 10% of its observed range above the dearest
    trial) unless the project states the worst acceptable values (`ref_point`). With a single
@@ -107,13 +108,18 @@ class BoTorchProposer:
             recipes join the pool (and always pass the pre-screen) if `space.validate` accepts them and
             the study has not run them; invalid ones are skipped with a warning, and so is a source
             that raises. None: no extra candidates.
+        max_running: at most this many of the history's running trials (the latest) are pending points
+            of the acquisition: trials that other workers sharing the study's storage are training now,
+            so this proposal does not go where they already went. A trial left "running" by a worker
+            that died on another host stays pending until it is marked failed.
     """
 
     def __init__(self, space: RecipeSpace, seed: int = 0, objectives: list[Objective] | None = None,
                  n_init: int | None = None, pool_size: int = 2000, screen: int = 256, mc_samples: int = 32,
                  chunk: int = 256, fit_iters: int = 60, refit_growth: float = 0.1, shortlist: int = 64,
                  refine: int = 4, refine_iters: int = 30, threads: int | None = 1,
-                 extra: ExtraSource | None = None, ref_point: Mapping[str, float] | None = None) -> None:
+                 extra: ExtraSource | None = None, ref_point: Mapping[str, float] | None = None,
+                 max_running: int = 16) -> None:
         for key, d in objectives or []:
             if d not in ("max", "min"):
                 raise ValueError(f"objective {key!r}: direction must be 'max' or 'min', got {d!r}")
@@ -139,6 +145,7 @@ class BoTorchProposer:
         self.refine = refine
         self.refine_iters = refine_iters
         self.threads = threads
+        self.max_running = max_running
         self._warm: dict[str, Any] | None = None  # last fit's hyperparameters
         self.encoder = RecipeEncoder(space)
         self._names = {p.name for p in space.params} | {m for s in space.simplexes for m in s.members}
@@ -193,7 +200,11 @@ class BoTorchProposer:
             X_pool = self.encoder.encode_many(pool)  # (P, D), canonical encodings of decoded recipes
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
             cands = [pool[int(i)] for i in keep]
-            picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)))
+            # trials other workers are running on a shared storage: pending, like the batch's own picks
+            running = [r.recipe.values for r in history if r.state == "running" and self._fits(r.recipe.values)]
+            running = running[max(0, len(running) - self.max_running):]
+            X_run = self.encoder.encode_many(running) if running else None
+            picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run)
         out = [Recipe(cands[i], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
             out += self._sobol(len(history), n - len(out), seen | {r.key for r in out})
@@ -295,6 +306,14 @@ class BoTorchProposer:
                 out.append(values)
         return out
 
+    def _fits(self, values: dict[str, Any]) -> bool:
+        """Whether `values` is a recipe of this space (an Optuna trial still being sampled is not)."""
+        try:
+            self.space.validate(values)
+        except SpaceError:
+            return False
+        return set(values) <= self._names
+
     def _extra(self, history: Sequence[TrialRecord], seen: set[str]) -> list[dict[str, Any]]:
         """The valid, new, distinct recipes of the `extra` source, as values dicts."""
         if self.extra is None:
@@ -371,16 +390,24 @@ class BoTorchProposer:
                                                        prune_baseline=False, max_iep=max_pending)
 
     def _select(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
-                cands: list[dict[str, Any]], known: set[str], n: int) -> list[int]:
+                cands: list[dict[str, Any]], known: set[str], n: int,
+                X_run: torch.Tensor | None = None) -> list[int]:
         """Greedy batch: n indices into `cands` (values dicts; X_pool (P, D) their encodings), each
-        maximizing the acquisition given the earlier ones. The refined recipes (`_refine`) are appended
-        to `cands` first, so an index may point past the original pool.
+        maximizing the acquisition given the earlier ones and the running trials `X_run` (R, D). The
+        refined recipes (`_refine`) are appended to `cands` first, so an index may point past the
+        original pool.
 
         Pending points only lower a candidate's hypervolume improvement, so after the first pass over
         the whole pool the later picks re-score only its `shortlist` best candidates.
         """
+        R = 0 if X_run is None else len(X_run)
+
+        def pending(picks: list[int]) -> torch.Tensor | None:
+            parts = ([X_run] if R else []) + ([X_pool[picks]] if picks else [])
+            return torch.cat(parts) if parts else None
+
         with torch.no_grad():
-            acqf = self._acquisition(model, X, Y, None, max_pending=n - 1)
+            acqf = self._acquisition(model, X, Y, X_run, max_pending=R + n - 1)
             vals = self._score(acqf, X_pool)  # (P,)
         starts = [X_pool[vals.argsort(descending=True)[: self.refine]]]
         if self.refine:
@@ -398,10 +425,10 @@ class BoTorchProposer:
             short = vals.argsort(descending=True)[: max(self.shortlist, 2 * n)]
             picks = [int(short[0])]
             for _ in range(n - 1):
-                if Y.shape[1] > 1:  # at most n − 1 pending: appended per candidate, no re-partitioning
-                    acqf.set_X_pending(X_pool[picks])
+                if Y.shape[1] > 1:  # at most R + n − 1 pending: appended per candidate, no re-partitioning
+                    acqf.set_X_pending(pending(picks))
                 else:
-                    acqf = self._acquisition(model, X, Y, X_pool[picks])
+                    acqf = self._acquisition(model, X, Y, pending(picks))
                 sv = self._score(acqf, X_pool[short])
                 sv[torch.isin(short, torch.tensor(picks))] = -float("inf")
                 picks.append(int(short[sv.argmax()]))
