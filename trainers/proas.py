@@ -91,9 +91,8 @@ class ReferenceGraph:
         self.seed = seed
         self.admissible: dict[str, frozenset[str]] = {}
         """φ(s) → commands the environment's rules accept there."""
-        self.walkthrough: set[Edge] = set()
-        self.reference: dict[str, str] = {}
-        """φ(s) → the reference solution's next command from there."""
+        self.walkthrough: dict[str, set[str]] = {}
+        """φ(s) → the walkthrough's next commands seen from there (the reference solution's edges)."""
         self._window: deque[Counter] = deque(maxlen=cfg.window)  # per iteration: edge → (n⁺, n⁻) as 2 counters
         self._window_neg: deque[Counter] = deque(maxlen=cfg.window)
 
@@ -102,8 +101,7 @@ class ReferenceGraph:
         """Record the rules of a state and, if given, the walkthrough's next command from it."""
         self.admissible[state] = frozenset(admissible)
         if walkthrough:
-            self.walkthrough.add((state, walkthrough[0]))
-            self.reference[state] = walkthrough[0]
+            self.walkthrough.setdefault(state, set()).add(walkthrough[0])
 
     def add_iteration(self, episodes: Sequence[tuple[Sequence[Edge], bool]]) -> None:
         """Distil one iteration of rollouts: each episode's edges counted as successful or failed."""
@@ -123,13 +121,13 @@ class ReferenceGraph:
         if src in ("rules", "both"):
             if state in self.admissible and action not in self.admissible[state]:
                 return 0.0
-            if edge in self.walkthrough:
+            if action in self.walkthrough.get(state, ()):
                 return 1.0
         if src in ("distilled", "both"):
             n_pos, n_neg = self.counts(edge)
             if n_pos + n_neg >= self.cfg.n_min:
                 return (n_pos + self.cfg.prior_a) / (n_pos + n_neg + self.cfg.prior_a + self.cfg.prior_b)
-        if src in ("rules", "both") and state in self.reference:  # admissible, off the reference solution
+        if src in ("rules", "both") and state in self.walkthrough:  # admissible, off the reference solution
             return self.cfg.v_off
         return None
 
@@ -149,7 +147,7 @@ class ReferenceGraph:
 
     def stats(self) -> dict[str, float]:
         """Graph size and how often its verdict on known edges agrees with the environment's rules."""
-        edges = set(self.walkthrough)
+        edges = {(s, c) for s, cmds in self.walkthrough.items() for c in cmds}
         for c in (*self._window, *self._window_neg):
             edges.update(c)
         agree = judged = 0
