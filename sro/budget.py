@@ -41,6 +41,9 @@ class Spent:
     trials: int = 0
     gpu_h: float = 0.0
     tokens: float = 0.0
+    running: int = 0
+    """Trials in training now (other workers' on a shared storage): a trial budget counts them as
+    spent, so N workers do not overshoot it."""
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,9 @@ class Budget:
 
     def exhausted(self, spent: Spent) -> str | None:
         """The reason the budget is used up, or None if there is room for another trial."""
-        if self.trials is not None and spent.trials >= self.trials:
-            return f"{spent.trials}/{self.trials} trials done"
+        if self.trials is not None and spent.trials + spent.running >= self.trials:
+            running = f" and {spent.running} running in other workers" if spent.running else ""
+            return f"{spent.trials}/{self.trials} trials done{running}"
         if self.wall_s is not None and spent.wall_s >= self.wall_s:
             return f"{spent.wall_s:.0f}s of {self.wall_s:.0f}s wall time spent"
         if self.gpu_h is not None and spent.gpu_h >= self.gpu_h:

@@ -181,6 +181,9 @@ class ProjectConfig(_Strict):
                     "objectives get one inferred from the trials")
     budget: str = Field("20m", description="default for `sro search`; --budget overrides")
     storage: str | None = Field(None, description="SQLAlchemy URL; default sqlite in runs/<name>/")
+    heartbeat_s: int = Field(60, gt=0, description="a running trial records a heartbeat in the storage this "
+                             "often; one silent for 10 intervals is taken for dead (its worker's machine or "
+                             "process gone), marked interrupted and run again by another worker")
     designer: DesignerConfig = Field(default_factory=DesignerConfig)
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     pruning: PruningConfig = Field(default_factory=PruningConfig)

@@ -2,15 +2,19 @@
 default, any SQLAlchemy URL otherwise), so a crash or a kill never loses a finished trial.
 
 Each trial keeps its recipe (user attr `recipe`), per-objective values, the learning curve, the cost
-and, on failure, the reason. Trials left RUNNING by a process of this host that died are marked FAIL
-(`interrupted`) on the next open, and their recipes are run again first.
+and, on failure, the reason. Trials left RUNNING by a process that died are marked FAIL (`interrupted`)
+and their recipes are run again first: at once on the next open when the process was on this host,
+and on any host once the trial has recorded no heartbeat (Optuna's, in the storage's clock) for
+`STALE_BEATS` heartbeat intervals.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
+import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +22,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy.exc
+from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -61,6 +66,9 @@ class TrialRecord:
         return self.state == "complete" and beats_base(self.scores, base, lower)
 
 
+STALE_BEATS = 10
+"""A running trial whose process has recorded no heartbeat for this many intervals is taken for dead."""
+
 END_EARLY = ("pruned", "collapsed", "stopped")
 """States of a trial stopped before the end of its training (`Ledger.end_early`), its partial results kept."""
 
@@ -101,9 +109,16 @@ class Ledger:
         url = project.storage or f"sqlite:///{self.run_dir / 'study.db'}"
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
+        self.heartbeat_s = int(project.heartbeat_s)
+        self._beats: dict[int, _Heartbeat] = {}
+        self.withdrawal = ""
+        """Why the last `start` returned None."""
         for attempt in range(5):
             try:
-                self.storage = optuna.storages.RDBStorage(url)
+                with warnings.catch_warnings():  # heartbeats are an experimental argument in Optuna 5
+                    warnings.simplefilter("ignore", ExperimentalWarning)
+                    self.storage = optuna.storages.RDBStorage(url, heartbeat_interval=self.heartbeat_s,
+                                                              grace_period=STALE_BEATS * self.heartbeat_s)
                 self.study = optuna.create_study(study_name=project.name, storage=self.storage,
                                                  directions=directions, load_if_exists=True)
                 break
@@ -116,7 +131,7 @@ class Ledger:
         if list(self.study.directions) != [optuna.study.StudyDirection[d.upper()] for d in directions]:
             raise ValueError(f"{url}: study {project.name!r} has other objectives; use a new project name")
         self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
-        self._recover_orphans()
+        self.recover()
 
     # --- study-level facts --------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:
@@ -125,25 +140,52 @@ class Ledger:
     def put(self, key: str, value: Any) -> None:
         self.study.set_user_attr(key, value)
 
+    def shared_space(self) -> RecipeSpace | None:
+        """The search space the study's workers share: published by the first worker to design or load
+        one and by every redesign, so workers on other machines search the same space."""
+        text = self.get("space")
+        return None if text is None else RecipeSpace.from_yaml(text)
+
+    def publish_space(self, space: RecipeSpace) -> None:
+        self.put("space", space.to_yaml())
+
     # --- trials -------------------------------------------------------------------------------
-    def _recover_orphans(self) -> None:
-        host = socket.gethostname()
+    def recover(self) -> list[Recipe]:
+        """Mark the running trials whose process died `interrupted` (their recipes are run again, by
+        whichever worker gets there first) and return their recipes: a process of this host that is
+        gone, or a trial on any host with no heartbeat for `STALE_BEATS` intervals."""
+        host, out = socket.gethostname(), []
+        stale = set(self.storage._get_stale_trial_ids(self.study._study_id))  # Optuna's own heartbeat table
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
-            if thost == host and pid is not None and not _alive(int(pid)):
-                self.storage.set_trial_user_attr(t._trial_id, "message", "interrupted: its process died")
+            if t._trial_id in stale:
+                why = (f"interrupted: no heartbeat from {thost} (pid {pid}) for over "
+                       f"{STALE_BEATS * self.heartbeat_s}s")
+            elif thost == host and pid is not None and not _alive(int(pid)):
+                why = "interrupted: its process died"
+            else:
+                continue
+            try:
+                self.storage.set_trial_user_attr(t._trial_id, "message", why)
                 self.storage.set_trial_user_attr(t._trial_id, "interrupted", True)
                 self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            except UpdateFinishedTrialError:  # another worker marked it, or it finished, a moment ago
+                continue
+            if "recipe" in t.user_attrs:
+                out.append(Recipe.from_dict(t.user_attrs["recipe"]))
+        return out
 
-    def start(self, recipe: Recipe, space: RecipeSpace) -> optuna.Trial | None:
-        """A RUNNING trial of `recipe`, or None when another worker sharing the storage claimed the
-        same recipe first (then propose again).
+    def start(self, recipe: Recipe, space: RecipeSpace, max_trials: int | None = None) -> optuna.Trial | None:
+        """A RUNNING trial of `recipe`, or None when the claim is withdrawn (the reason in `withdrawal`):
+        another worker sharing the storage claimed the same recipe first (then propose again), or
+        `max_trials` (the trial budget) are already finished or running among the earlier trials.
 
         The trial is created in one storage call, not with `enqueue_trial` + `ask`: `ask` pops the
         oldest waiting trial, which with several workers can be another worker's recipe, and the
-        scores would be recorded against the wrong recipe. Two workers that propose the same recipe
-        at once (both saw the same history) both create a trial; the storage numbers them in order,
-        and the later one is withdrawn: marked failed with `withdrawn`, which `records` skips.
+        scores would be recorded against the wrong recipe. The storage numbers trials in order, so
+        of two workers that claim at once (both saw the same history) the later one is withdrawn:
+        marked failed with `withdrawn`, which `records` skips. While the trial runs, a thread records
+        its heartbeat (`Ledger.recover`).
         """
         dists = distributions(space, recipe.values)
         frozen = optuna.trial.create_trial(
@@ -152,13 +194,21 @@ class Ledger:
                         "host": socket.gethostname(), "space_version": space.version, "started": time.time()})
         study_id = self.storage.get_study_id_from_name(self.study.study_name)
         trial = optuna.Trial(self.study, self.storage.create_new_trial(study_id, template_trial=frozen))
+        earlier = [r for r in self.records() if r.number < trial.number]
         # an interrupted or budget-stopped record of the recipe is what a retry reruns: not a claim
-        rival = next((r.number for r in self.records() if r.number < trial.number and r.recipe.key == recipe.key
+        rival = next((r.number for r in earlier if r.recipe.key == recipe.key
                       and r.state not in ("interrupted", "stopped")), None)
-        if rival is None:
+        taken = sum(r.finished or r.state == "running" for r in earlier)
+        if rival is not None:
+            self.withdrawal = f"trial {rival} already has this recipe (another worker)"
+        elif max_trials is not None and taken >= max_trials:
+            self.withdrawal = f"the trial budget ({max_trials}) is taken by earlier trials (other workers')"
+        else:
+            self.storage.record_heartbeat(trial._trial_id)  # the first beat before training starts
+            self._beats[trial._trial_id] = _Heartbeat(self.storage, trial._trial_id, self.heartbeat_s)
             return trial
         trial.set_user_attr("withdrawn", True)
-        trial.set_user_attr("message", f"withdrawn: trial {rival} already has this recipe (another worker)")
+        trial.set_user_attr("message", f"withdrawn: {self.withdrawal}")
         self.study.tell(trial, state=TrialState.FAIL)
         return None
 
@@ -168,20 +218,13 @@ class Ledger:
     def finish(self, trial: optuna.Trial, scores: dict[str, float], cost: dict[str, float],
                curve: list[dict[str, float]], metrics: dict[str, float] | None = None) -> None:
         """`metrics`: what is measured beside the objectives (e.g. the train/held-out gap)."""
-        if metrics:
-            trial.set_user_attr("metrics", metrics)
-        trial.set_user_attr("scores", scores)
-        trial.set_user_attr("cost", cost)
-        trial.set_user_attr("curve", curve)
         values = [float(cost["wall_s"]) if k == "cost" else float(scores[k]) for k, _ in self.objectives]
-        self.study.tell(trial, values)
+        self._close(trial, TrialState.COMPLETE, {**({"metrics": metrics} if metrics else {}), "scores": scores,
+                                                 "cost": cost, "curve": curve}, values)
 
     def fail(self, trial: optuna.Trial, message: str, cost: dict[str, float],
              curve: list[dict[str, float]]) -> None:
-        trial.set_user_attr("message", message[:2000])
-        trial.set_user_attr("cost", cost)
-        trial.set_user_attr("curve", curve)
-        self.study.tell(trial, state=TrialState.FAIL)
+        self._close(trial, TrialState.FAIL, {"message": message[:2000], "cost": cost, "curve": curve})
 
     def report_intermediate(self, trial: optuna.Trial, fraction: float, values: dict[str, float]) -> None:
         """Results measured at `fraction` of the trial's steps (benchmark subsets, cost so far)."""
@@ -198,19 +241,34 @@ class Ledger:
         PRUNED)."""
         if state not in END_EARLY:
             raise ValueError(f"end_early: state must be one of {END_EARLY}, got {state!r}")
-        trial.set_user_attr("end_state", state)
-        trial.set_user_attr("scores", scores)
-        trial.set_user_attr("cost", cost)
-        trial.set_user_attr("curve", curve)
-        trial.set_user_attr("message", message[:2000])
-        self.study.tell(trial, state=TrialState.PRUNED)
+        self._close(trial, TrialState.PRUNED, {"end_state": state, "scores": scores, "cost": cost, "curve": curve,
+                                               "message": message[:2000]})
 
     def interrupt(self, trial: optuna.Trial, curve: list[dict[str, float]]) -> None:
         """A trial stopped by the user: recorded as interrupted so the next search runs it again."""
-        trial.set_user_attr("message", "interrupted by the user")
-        trial.set_user_attr("interrupted", True)
-        trial.set_user_attr("curve", curve)
-        self.study.tell(trial, state=TrialState.FAIL)
+        self._close(trial, TrialState.FAIL, {"message": "interrupted by the user", "interrupted": True,
+                                             "curve": curve})
+
+    def _close(self, trial: optuna.Trial, state: TrialState, attrs: dict[str, Any],
+               values: list[float] | None = None) -> None:
+        """Stop the trial's heartbeat and record how it ended. A trial another worker has meanwhile
+        marked interrupted (its heartbeats stalled, e.g. the machine was suspended) is recorded as a
+        new trial of the same recipe, so its result is not lost."""
+        beat = self._beats.pop(trial._trial_id, None)
+        if beat is not None:
+            beat.stop()
+        try:
+            for k, v in attrs.items():
+                trial.set_user_attr(k, v)
+            self.study.tell(trial, values, state=state)
+        except (UpdateFinishedTrialError, ValueError):
+            old = self.storage.get_trial(trial._trial_id)
+            if not old.state.is_finished():
+                raise
+            kept = {k: v for k, v in old.user_attrs.items() if k not in ("message", "interrupted")}
+            self.study.add_trial(optuna.trial.create_trial(
+                state=state, values=values, params=old.params, distributions=old.distributions,
+                user_attrs={**kept, "late_of": old.number, **attrs}))
 
     def records(self) -> list[TrialRecord]:
         out = []
@@ -229,12 +287,37 @@ class Ledger:
         return out
 
     def spent(self) -> Spent:
-        recs = [r for r in self.records() if r.state != "running"]
+        """What the study has used; `running` counts the trials in training now (other workers')."""
+        all_recs = self.records()
+        recs = [r for r in all_recs if r.state != "running"]
         setup = float(self.get("setup_wall_s", 0.0))
         return Spent(wall_s=setup + sum(r.cost.get("wall_s", 0.0) for r in recs),
                      trials=sum(r.finished for r in recs),
                      gpu_h=sum(r.cost.get("gpu_h", 0.0) for r in recs),
-                     tokens=sum(r.cost.get("tokens", 0.0) for r in recs))
+                     tokens=sum(r.cost.get("tokens", 0.0) for r in recs),
+                     running=len(all_recs) - len(recs))
+
+
+class _Heartbeat:
+    """Records a running trial's heartbeat in the storage every `every` seconds from a daemon thread, so
+    the other workers can tell a live trial from one whose process or machine died (`Ledger.recover`)."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, trial_id: int, every: float) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(storage, trial_id, every), daemon=True,
+                                        name=f"sro-heartbeat-{trial_id}")
+        self._thread.start()
+
+    def _run(self, storage: optuna.storages.RDBStorage, trial_id: int, every: float) -> None:
+        while not self._stop.wait(every):
+            try:
+                storage.record_heartbeat(trial_id)
+            except sqlalchemy.exc.SQLAlchemyError:  # the database busy or away for a moment: beat again later
+                pass
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def _alive(pid: int) -> bool:

@@ -37,26 +37,47 @@ class SearchSummary:
 
 
 def load_space(project: ProjectConfig, run_dir: Path, console: Console, ctx: SearchContext | None = None,
-               budget: Budget | None = None) -> RecipeSpace:
-    """The `space.yaml` in the run folder when there is one (written by `sro design` or a person), else a
-    space designed now by the project's designer (rules by default) and saved there for review."""
+               budget: Budget | None = None, ledger: Ledger | None = None) -> RecipeSpace:
+    """The study's space: the one its workers share in the storage (`ledger`) when that is a later
+    version than the run folder's `space.yaml`; else that file (written by `sro design`, a redesign or a
+    person), published to the storage; else a space designed now by the project's designer (rules by
+    default), saved there for review and published."""
+    from sro.designer.design import write_space
+
     path = run_dir / "space.yaml"
+    local = None
     if path.is_file():
         try:
-            space = RecipeSpace.from_yaml(path.read_text())
+            local = RecipeSpace.from_yaml(path.read_text())
         except (SpaceError, yaml.YAMLError) as e:
             raise SpaceError(f"{path}: {e}") from None
+    shared = ledger.shared_space() if ledger is not None else None
+    if shared is not None and (local is None or shared.version > local.version):
+        write_space(run_dir, shared)
+        console.print(f"using the study's search space (v{shared.version}, shared by the workers on its "
+                      f"storage): {path}")
+        return shared
+    if local is not None:
         console.print(f"using the search space in {path}")
-        return space
+        if ledger is not None and (shared is None or shared.to_yaml() != local.to_yaml()):
+            ledger.publish_space(local)
+        return local
     if ctx is None:  # no base model at hand: the generic default, saved for review
         space = default_space(project)
         path.write_text("# SRO recipe space: edit bounds or choices, then rerun `sro search`\n" + space.to_yaml())
-        return space
-    from sro.designer.design import design_space
+    else:
+        from sro.designer.design import design_space
 
-    space, path = design_space(project, run_dir, budget, ctx, log=console.print)
-    console.print(f"designed the search space with the {space.designer} designer: {path} "
-                  f"({len(space.params)} parameters, each with its rationale)")
+        space, path = design_space(project, run_dir, budget, ctx, log=console.print)
+        console.print(f"designed the search space with the {space.designer} designer: {path} "
+                      f"({len(space.params)} parameters, each with its rationale)")
+    if ledger is not None:
+        shared = ledger.shared_space()
+        if shared is not None:  # another worker published one while this one designed: one space for all
+            write_space(run_dir, shared)
+            console.print(f"another worker published the study's space first; using it: {path}")
+            return shared
+        ledger.publish_space(space)
     return space
 
 
@@ -124,7 +145,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     ledger.put("setup_wall_s", float(ledger.get("setup_wall_s", 0.0)) + time.monotonic() - t0)
     console.print(f"base model held-out: {_fmt_scores(base)}")
     lower = project.lower_is_better()  # benchmarks where beating the base model means scoring below it
-    space = load_space(project, run_dir, console, ctx, budget)
+    space = load_space(project, run_dir, console, ctx, budget, ledger)
     proposer = make_proposer(optimizer, space, project, run_dir)
     if hasattr(proposer, "load_warm_state"):  # a resumed search starts from the last GP fit
         proposer.load_warm_state(ledger.get("proposer_warm"))
@@ -149,6 +170,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                             info=f"{spent.trials} trials, {spent.wall_s:.0f}s of budget {budget}")
             if reason:
                 break
+            # trials other workers left running when their machine or process died run again too
+            retry += [r for r in ledger.recover() if r.key not in {x.key for x in retry}]
             if retry:
                 recipe: Recipe = retry.pop(0)
             else:
@@ -161,10 +184,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     reason = "the search space has no recipe left that the study has not run"
                     break
                 recipe = proposed[0]
-            trial = ledger.start(recipe, space)
-            if trial is None:  # another worker on this storage claimed the same recipe a moment earlier
-                progress.console.print(f"[dim]recipe {recipe.key} is already another worker's trial; "
-                                       "proposing another[/]")
+            trial = ledger.start(recipe, space, budget.trials)
+            if trial is None:  # another worker on this storage claimed the recipe, or the last trial, first
+                progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {ledger.withdrawal}[/]")
                 continue
             steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
             step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
@@ -217,6 +239,16 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             progress.remove_task(step_task)
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
             redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print)
+            if redesigned is not None:
+                ledger.publish_space(redesigned)
+            else:  # another worker's redesign (or a person's edit published by a restarted worker)
+                shared = ledger.shared_space()
+                if shared is not None and shared.to_yaml() != space.to_yaml():
+                    from sro.designer.design import write_space
+
+                    write_space(run_dir, shared)
+                    progress.console.print(f"adopted the study's search space v{shared.version} (from another worker)")
+                    redesigned = shared
             if redesigned is not None:
                 space = redesigned
                 proposer = make_proposer(optimizer, space, project, run_dir)

@@ -137,6 +137,8 @@ def test_budget_accounting():
     b = Budget.parse("10m,3trials")
     assert b.exhausted(Spent(wall_s=100, trials=2)) is None
     assert "3/3 trials" in b.exhausted(Spent(wall_s=100, trials=3))
+    # other workers' running trials count against a trial budget, so N workers do not overshoot it
+    assert b.exhausted(Spent(wall_s=100, trials=2, running=1)) == "2/3 trials done and 1 running in other workers"
     assert "wall time" in b.exhausted(Spent(wall_s=601, trials=1))
     assert b.remaining_wall_s(Spent(wall_s=500)) == 100
     assert b.fraction_used(Spent(wall_s=300, trials=1)) == pytest.approx(0.5)
