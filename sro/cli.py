@@ -142,7 +142,8 @@ def _show_table(run_dir: Path) -> None:
     if base:
         t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys], "", "", style="bold red")
     for r in records:
-        t.add_row(str(r.number), r.state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
+        state = f"running on {r.worker}" if r.state == "running" else r.state  # which worker, with several
+        t.add_row(str(r.number), state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
                   f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "",
                   style="green" if r.beats(base, info["lower"]) else None)
     console.print(t)

@@ -49,6 +49,8 @@ class TrialRecord:
     """Measured beside the objectives: in-distribution scores and the train/held-out gap."""
     intermediate: dict[str, dict[str, float]] = field(default_factory=dict)
     """Results on benchmark subsets during training, by step fraction ("0.333" → {objective: value})."""
+    worker: str = ""
+    """host:pid of the process that ran (or runs) the trial."""
 
     @property
     def finished(self) -> bool:
@@ -283,7 +285,8 @@ class Ledger:
                 state = str(a.get("end_state", "pruned"))
             out.append(TrialRecord(t.number, state, Recipe.from_dict(a["recipe"]), dict(a.get("scores", {})),
                                    dict(a.get("cost", {})), list(a.get("curve", [])), str(a.get("message", "")),
-                                   dict(a.get("metrics", {})), dict(a.get("intermediate", {}))))
+                                   dict(a.get("metrics", {})), dict(a.get("intermediate", {})),
+                                   f"{a.get('host', '?')}:{a.get('pid', '?')}"))
         return out
 
     def spent(self) -> Spent:

@@ -130,6 +130,7 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     """A worker on another machine dies mid-trial: its trial records no more heartbeats, the next worker
     that looks marks it interrupted and gets its recipe to rerun; a live trial beside it is untouched.
     If the 'dead' worker was only suspended and comes back, its result is recorded, not lost."""
+    import socket
     import time
 
     import sro.ledger as ledger_mod
@@ -146,6 +147,7 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     b = Ledger(project, tmp_path / "beat")  # another worker opens the study, or looks before proposing
     assert b.recover() == []  # the open already marked it; a second look finds nothing new
     assert [(r.number, r.state) for r in b.records()] == [(0, "running"), (1, "interrupted")]
+    assert b.records()[0].worker == f"{socket.gethostname()}:{os.getpid()}"  # `sro show` prints it
     assert "no heartbeat from elsewhere" in b.records()[1].message
     assert b.spent().running == 1
     a.finish(lost, {"arithmetic/add": 0.25}, {"wall_s": 2.0}, [])  # the suspended worker wakes up
