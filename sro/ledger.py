@@ -10,6 +10,7 @@ and on any host once the trial has recorded no heartbeat (Optuna's, in the stora
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import threading
@@ -22,7 +23,7 @@ from typing import Any
 
 import optuna
 import sqlalchemy.exc
-from optuna.exceptions import ExperimentalWarning, UpdateFinishedTrialError
+from optuna.exceptions import ExperimentalWarning, StorageInternalError, UpdateFinishedTrialError
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -32,6 +33,7 @@ from sro.recipe import Recipe
 from sro.space import RecipeSpace
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -196,6 +198,8 @@ class Ledger:
                         "host": socket.gethostname(), "space_version": space.version, "started": time.time()})
         study_id = self.storage.get_study_id_from_name(self.study.study_name)
         trial = optuna.Trial(self.study, self.storage.create_new_trial(study_id, template_trial=frozen))
+        # the first beat at once: a trial without any heartbeat is never taken for dead by Optuna
+        self.storage.record_heartbeat(trial._trial_id)
         earlier = [r for r in self.records() if r.number < trial.number]
         # an interrupted or budget-stopped record of the recipe is what a retry reruns: not a claim
         rival = next((r.number for r in earlier if r.recipe.key == recipe.key
@@ -206,7 +210,6 @@ class Ledger:
         elif max_trials is not None and taken >= max_trials:
             self.withdrawal = f"the trial budget ({max_trials}) is taken by earlier trials (other workers')"
         else:
-            self.storage.record_heartbeat(trial._trial_id)  # the first beat before training starts
             self._beats[trial._trial_id] = _Heartbeat(self.storage, trial._trial_id, self.heartbeat_s)
             return trial
         trial.set_user_attr("withdrawn", True)
@@ -251,6 +254,15 @@ class Ledger:
         self._close(trial, TrialState.FAIL, {"message": "interrupted by the user", "interrupted": True,
                                              "curve": curve})
 
+    def release(self, trial: optuna.Trial, why: str) -> None:
+        """After a trial, whatever happened: stop its heartbeat and, if no path above recorded how it
+        ended (an unexpected exception), mark it interrupted so that it is run again."""
+        if trial._trial_id in self._beats and not self.storage.get_trial(trial._trial_id).state.is_finished():
+            self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000], "interrupted": True})
+        beat = self._beats.pop(trial._trial_id, None)
+        if beat is not None:
+            beat.stop()
+
     def _close(self, trial: optuna.Trial, state: TrialState, attrs: dict[str, Any],
                values: list[float] | None = None) -> None:
         """Stop the trial's heartbeat and record how it ended. A trial another worker has meanwhile
@@ -262,7 +274,8 @@ class Ledger:
         try:
             for k, v in attrs.items():
                 trial.set_user_attr(k, v)
-            self.study.tell(trial, values, state=state)
+            # values given: Optuna decides (COMPLETE, or FAIL with a warning for nan values)
+            self.study.tell(trial, values, state=None if values is not None else state)
         except (UpdateFinishedTrialError, ValueError):
             old = self.storage.get_trial(trial._trial_id)
             if not old.state.is_finished():
@@ -279,7 +292,7 @@ class Ledger:
                 continue
             a = t.user_attrs
             state = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running"}.get(t.state, "failed")
-            if a.get("interrupted"):
+            if a.get("interrupted") and t.state == TrialState.FAIL:  # not a trial that finished meanwhile
                 state = "interrupted"
             elif t.state == TrialState.PRUNED:
                 state = str(a.get("end_state", "pruned"))
@@ -289,9 +302,10 @@ class Ledger:
                                    f"{a.get('host', '?')}:{a.get('pid', '?')}"))
         return out
 
-    def spent(self) -> Spent:
-        """What the study has used; `running` counts the trials in training now (other workers')."""
-        all_recs = self.records()
+    def spent(self, records: list[TrialRecord] | None = None) -> Spent:
+        """What the study has used (from `records` when given, else read now); `running` counts the
+        trials in training now (other workers')."""
+        all_recs = self.records() if records is None else records
         recs = [r for r in all_recs if r.state != "running"]
         setup = float(self.get("setup_wall_s", 0.0))
         return Spent(wall_s=setup + sum(r.cost.get("wall_s", 0.0) for r in recs),
@@ -315,8 +329,8 @@ class _Heartbeat:
         while not self._stop.wait(every):
             try:
                 storage.record_heartbeat(trial_id)
-            except sqlalchemy.exc.SQLAlchemyError:  # the database busy or away for a moment: beat again later
-                pass
+            except (StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:  # busy or away: beat again later
+                _log.warning("heartbeat of trial id %s not recorded: %s", trial_id, e)
 
     def stop(self) -> None:
         self._stop.set()

@@ -3,9 +3,10 @@ record until the budget is spent. Everything lands in the ledger as it happens, 
 
 from __future__ import annotations
 
+import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -101,6 +102,15 @@ def _progress(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console)
 
 
+def _retries(records: list[TrialRecord]) -> list[Recipe]:
+    """Recipes to run again first, oldest first: those whose worker died mid-trial (`interrupted`) or
+    whose training the wall-clock budget cut short (`stopped`), unless the study has finished or is
+    running the same recipe (another worker took it up)."""
+    taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
+    out = {r.recipe.key: r.recipe for r in records if r.state in ("interrupted", "stopped") and r.recipe.key not in taken}
+    return list(out.values())
+
+
 def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "runs",
                optimizer: str = "botorch", console: Console | None = None,
                pruning: bool | None = None) -> SearchSummary:
@@ -155,28 +165,35 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     pruner = Pruner(objectives, tuple(pc.at), pc.items, pc.min_dominating, pc.min_steps) if (
         pc.enabled if pruning is None else pruning) else None
 
-    # recipes whose process died mid-trial, or whose training the wall-clock budget cut short, run again first
-    finished_keys = {r.recipe.key for r in history if r.finished and r.state != "stopped"}
-    retry = [r.recipe for r in history if r.state in ("interrupted", "stopped") and r.recipe.key not in finished_keys]
-    retry = list({r.key: r for r in retry}.values())
-
     progress = _progress(console)
+    waiting = False
     with progress:
         bar = progress.add_task("search", total=1.0, info=str(budget))
         while True:
-            spent = ledger.spent()
+            ledger.recover()  # trials whose worker died (here, or silent on another machine) become retries
+            records = ledger.records()
+            spent = ledger.spent(records)
             reason = budget.exhausted(spent)
             progress.update(bar, completed=budget.fraction_used(spent),
                             info=f"{spent.trials} trials, {spent.wall_s:.0f}s of budget {budget}")
+            if reason and spent.running and budget.exhausted(replace(spent, running=0)) is None:
+                # the budget is full only with other workers' running trials: wait for them, since one
+                # whose worker dies must be run again
+                if not waiting:
+                    progress.console.print(f"[dim]waiting for {spent.running} trial(s) running in other "
+                                           "workers to finish[/]")
+                waiting = True
+                time.sleep(min(5.0, ledger.heartbeat_s))
+                continue
+            waiting = False
             if reason:
                 break
-            # trials other workers left running when their machine or process died run again too
-            retry += [r for r in ledger.recover() if r.key not in {x.key for x in retry}]
+            retry = _retries(records)
             if retry:
-                recipe: Recipe = retry.pop(0)
+                recipe: Recipe = retry[0]
             else:
                 # trials of earlier space versions stay in the evidence when they fit this one
-                proposed = proposer.propose([r for r in ledger.records() if fits(space, r.recipe)], 1)
+                proposed = proposer.propose([r for r in records if fits(space, r.recipe)], 1)
                 warm = proposer.warm_state() if hasattr(proposer, "warm_state") else None
                 if warm is not None:
                     ledger.put("proposer_warm", warm)
@@ -188,67 +205,75 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             if trial is None:  # another worker on this storage claimed the recipe, or the last trial, first
                 progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {ledger.withdrawal}[/]")
                 continue
-            steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
-            step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
-            curve: list[dict[str, float]] = []
+            try:  # whatever happens, the trial ends recorded and its heartbeat stops
+                steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
+                step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
+                curve: list[dict[str, float]] = []
 
-            def on_step(step: int, m: dict[str, float]) -> None:
-                curve.append(m)
-                progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
-                if step % 5 == 0:
-                    ledger.progress(trial, curve)
+                def on_step(step: int, m: dict[str, float]) -> None:
+                    curve.append(m)
+                    progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
+                    if step % 5 == 0:
+                        ledger.progress(trial, curve)
 
-            remaining = budget.remaining_wall_s(spent)
-            t_start = time.monotonic()
-            hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
-                               lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
-            try:
-                out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
-                if remaining is not None and len(out.curve) < steps:
-                    # the budget ran out mid-training: these are the scores of a shorter recipe, kept
-                    # apart from the complete trials (not on the front, not a model's training point)
-                    msg = (f"stopped by the wall-clock budget at step {len(out.curve)} of {steps}; "
-                           "its scores are those of the partial training")
-                    ledger.end_early(trial, "stopped", out.scores, out.cost, out.curve, msg)
-                    progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
-                else:
-                    ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
-                    mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, lower) else ""
-                    progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
-                                           f"({out.cost['wall_s']:.0f}s) {mark}")
-            except KeyboardInterrupt:
-                ledger.interrupt(trial, curve)
-                progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
-                                       "kept, rerun the same command to resume")
-                raise
-            except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
-                cost = pruned_cost({"wall_s": round(time.monotonic() - t_start, 2),
-                                    "samples": float(curve[-1].get("samples", 0)) if curve else 0.0}, e.step, steps)
-                ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
-                                 str(e))
-                progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "
-                                       f"steps (~{cost['saved_s']:.0f}s)")
-            except TrialCollapsed as e:  # the failure clock fired: stopped early, the samples it used kept
-                ledger.end_early(trial, "collapsed", {}, e.cost, e.curve, str(e))
-                progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
-            except (TrialFailed, ValueError, RuntimeError) as e:
-                msg = f"{type(e).__name__}: {e}"
-                ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),
-                            {"wall_s": time.monotonic() - t_start}, curve)
-                progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
+                remaining = budget.remaining_wall_s(spent)
+                t_start = time.monotonic()
+                hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
+                                   lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
+                try:
+                    out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
+                    if remaining is not None and len(out.curve) < steps:
+                        # the budget ran out mid-training: these are the scores of a shorter recipe, kept
+                        # apart from the complete trials (not on the front, not a model's training point)
+                        msg = (f"stopped by the wall-clock budget at step {len(out.curve)} of {steps}; "
+                               "its scores are those of the partial training")
+                        ledger.end_early(trial, "stopped", out.scores, out.cost, out.curve, msg)
+                        progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
+                    else:
+                        ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
+                        mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, lower) else ""
+                        progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
+                                               f"({out.cost['wall_s']:.0f}s) {mark}")
+                except KeyboardInterrupt:
+                    ledger.interrupt(trial, curve)
+                    progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
+                                           "kept, rerun the same command to resume")
+                    raise
+                except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
+                    cost = pruned_cost({"wall_s": round(time.monotonic() - t_start, 2),
+                                        "samples": float(curve[-1].get("samples", 0)) if curve else 0.0}, e.step, steps)
+                    ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
+                                     str(e))
+                    progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "
+                                           f"steps (~{cost['saved_s']:.0f}s)")
+                except TrialCollapsed as e:  # the failure clock fired: stopped early, the samples it used kept
+                    ledger.end_early(trial, "collapsed", {}, e.cost, e.curve, str(e))
+                    progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
+                except (TrialFailed, ValueError, RuntimeError) as e:
+                    msg = f"{type(e).__name__}: {e}"
+                    ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),
+                                {"wall_s": time.monotonic() - t_start}, curve)
+                    progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
+            finally:
+                exc = sys.exc_info()[1]
+                ledger.release(trial, "its worker stopped during the trial" + (f" ({type(exc).__name__}: {exc})"
+                                                                                 if exc else ""))
             progress.remove_task(step_task)
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
+            shared = ledger.shared_space()
+            if shared is not None and shared.version >= space.version and shared.to_yaml() != space.to_yaml():
+                # another worker's redesign, or a person's edit published by a restarted worker
+                from sro.designer.design import write_space
+
+                write_space(run_dir, shared)
+                progress.console.print(f"adopted the study's search space v{shared.version} (from another worker)")
+                space = shared
+                proposer = make_proposer(optimizer, space, project, run_dir)
             redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print)
             if redesigned is not None:
-                ledger.publish_space(redesigned)
-            else:  # another worker's redesign (or a person's edit published by a restarted worker)
                 shared = ledger.shared_space()
-                if shared is not None and shared.to_yaml() != space.to_yaml():
-                    from sro.designer.design import write_space
-
-                    write_space(run_dir, shared)
-                    progress.console.print(f"adopted the study's search space v{shared.version} (from another worker)")
-                    redesigned = shared
+                if shared is None or redesigned.version > shared.version:  # never over a later worker's
+                    ledger.publish_space(redesigned)
             if redesigned is not None:
                 space = redesigned
                 proposer = make_proposer(optimizer, space, project, run_dir)
