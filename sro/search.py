@@ -6,14 +6,16 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import optuna
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sro.budget import Budget
+from sro.budget import Budget, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.designer.redesign import fits, maybe_redesign
@@ -111,6 +113,70 @@ def _retries(records: list[TrialRecord]) -> list[Recipe]:
     return list(out.values())
 
 
+def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, ledger: Ledger, budget: Budget,
+                      spent: Spent, pruner: Pruner | None, progress: Progress, base: dict[str, float],
+                      lower: Collection[str]) -> None:
+    """Train `recipe` as the claimed `trial` and record how it ended: complete, stopped by the budget,
+    pruned, collapsed or failed. Whatever happens — even an exception no path expects — the trial
+    ends recorded (then as interrupted, to be run again) and its heartbeat stops."""
+    step_task = None
+    try:
+        steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
+        step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
+        curve: list[dict[str, float]] = []
+
+        def on_step(step: int, m: dict[str, float]) -> None:
+            curve.append(m)
+            progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
+            if step % 5 == 0:
+                ledger.progress(trial, curve)
+
+        remaining = budget.remaining_wall_s(spent)
+        t_start = time.monotonic()
+        hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
+                           lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
+        try:
+            out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
+            if remaining is not None and len(out.curve) < steps:
+                # the budget ran out mid-training: these are the scores of a shorter recipe, kept
+                # apart from the complete trials (not on the front, not a model's training point)
+                msg = (f"stopped by the wall-clock budget at step {len(out.curve)} of {steps}; "
+                       "its scores are those of the partial training")
+                ledger.end_early(trial, "stopped", out.scores, out.cost, out.curve, msg)
+                progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
+            else:
+                ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
+                mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, lower) else ""
+                progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
+                                       f"({out.cost['wall_s']:.0f}s) {mark}")
+        except KeyboardInterrupt:
+            ledger.interrupt(trial, curve)
+            progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
+                                   "kept, rerun the same command to resume")
+            raise
+        except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
+            cost = pruned_cost({"wall_s": round(time.monotonic() - t_start, 2),
+                                "samples": float(curve[-1].get("samples", 0)) if curve else 0.0}, e.step, steps)
+            ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
+                             str(e))
+            progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "
+                                   f"steps (~{cost['saved_s']:.0f}s)")
+        except TrialCollapsed as e:  # the failure clock fired: stopped early, the samples it used kept
+            ledger.end_early(trial, "collapsed", {}, e.cost, e.curve, str(e))
+            progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
+        except (TrialFailed, ValueError, RuntimeError) as e:
+            msg = f"{type(e).__name__}: {e}"
+            ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),
+                        {"wall_s": time.monotonic() - t_start}, curve)
+            progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
+    finally:
+        exc = sys.exc_info()[1]
+        ledger.release(trial, "its worker stopped during the trial" + (f" ({type(exc).__name__}: {exc})"
+                                                                         if exc else ""))
+        if step_task is not None:
+            progress.remove_task(step_task)
+
+
 def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "runs",
                optimizer: str = "botorch", console: Console | None = None,
                pruning: bool | None = None) -> SearchSummary:
@@ -205,60 +271,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             if trial is None:  # another worker on this storage claimed the recipe, or the last trial, first
                 progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {ledger.withdrawal}[/]")
                 continue
-            try:  # whatever happens, the trial ends recorded and its heartbeat stops
-                steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
-                step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
-                curve: list[dict[str, float]] = []
-
-                def on_step(step: int, m: dict[str, float]) -> None:
-                    curve.append(m)
-                    progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
-                    if step % 5 == 0:
-                        ledger.progress(trial, curve)
-
-                remaining = budget.remaining_wall_s(spent)
-                t_start = time.monotonic()
-                hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
-                                   lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
-                try:
-                    out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
-                    if remaining is not None and len(out.curve) < steps:
-                        # the budget ran out mid-training: these are the scores of a shorter recipe, kept
-                        # apart from the complete trials (not on the front, not a model's training point)
-                        msg = (f"stopped by the wall-clock budget at step {len(out.curve)} of {steps}; "
-                               "its scores are those of the partial training")
-                        ledger.end_early(trial, "stopped", out.scores, out.cost, out.curve, msg)
-                        progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
-                    else:
-                        ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
-                        mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, lower) else ""
-                        progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
-                                               f"({out.cost['wall_s']:.0f}s) {mark}")
-                except KeyboardInterrupt:
-                    ledger.interrupt(trial, curve)
-                    progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
-                                           "kept, rerun the same command to resume")
-                    raise
-                except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
-                    cost = pruned_cost({"wall_s": round(time.monotonic() - t_start, 2),
-                                        "samples": float(curve[-1].get("samples", 0)) if curve else 0.0}, e.step, steps)
-                    ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
-                                     str(e))
-                    progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "
-                                           f"steps (~{cost['saved_s']:.0f}s)")
-                except TrialCollapsed as e:  # the failure clock fired: stopped early, the samples it used kept
-                    ledger.end_early(trial, "collapsed", {}, e.cost, e.curve, str(e))
-                    progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
-                except (TrialFailed, ValueError, RuntimeError) as e:
-                    msg = f"{type(e).__name__}: {e}"
-                    ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),
-                                {"wall_s": time.monotonic() - t_start}, curve)
-                    progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
-            finally:
-                exc = sys.exc_info()[1]
-                ledger.release(trial, "its worker stopped during the trial" + (f" ({type(exc).__name__}: {exc})"
-                                                                                 if exc else ""))
-            progress.remove_task(step_task)
+            _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
             shared = ledger.shared_space()
             if shared is not None and shared.version >= space.version and shared.to_yaml() != space.to_yaml():
