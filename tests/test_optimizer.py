@@ -409,6 +409,31 @@ def test_prescreen_keeps_the_optimistic_front_and_extra_candidates() -> None:
     kept_counts = count[kept & (torch.arange(len(X_pool)) >= 3)]
     assert kept_counts.min() == 0 and kept_counts.max() <= count[~kept].min()
 
+    # screen_mean 0.5: half the screen by the posterior mean alone (the exploitative candidates near
+    # good trials, which the optimistic ranking puts behind high-variance ones), then the optimistic one
+    p.screen_mean = 0.5
+    keep = p._prescreen(model, X_pool, keep_first=3)
+    assert len(keep) == 40 and len(set(keep.tolist())) == 40 and {0, 1, 2} <= set(keep.tolist())
+    mean = post.mean
+    mcount = ((mean.unsqueeze(0) >= mean.unsqueeze(1)).all(-1) & (mean.unsqueeze(0) > mean.unsqueeze(1)).any(-1)).sum(-1)
+    by_mean = torch.zeros(len(X_pool), dtype=torch.bool)
+    by_mean[keep[:20]] = True  # the 3 extras and the 17 best by the mean
+    others = torch.arange(len(X_pool)) >= 3
+    assert mcount[by_mean & others].max() <= mcount[~by_mean & others].min()
+    rest = torch.zeros(len(X_pool), dtype=torch.bool)
+    rest[keep[20:]] = True  # the other 20: the best of the remaining candidates by the optimistic ranking
+    assert count[rest].max() <= count[~rest & ~by_mean & others].min()
+
+
+def test_domination_order_by_hand() -> None:
+    from sro.optimizer.botorch_proposer import _domination_order
+
+    Y = torch.tensor([[1.0, 1.0], [0.0, 0.0], [2.0, 0.0], [0.5, 0.5]])
+    # dominated by: row 0 none, row 1 three (0, 2, 3), row 2 none, row 3 one (0); rows 0 and 2 tie at 0 and
+    # the larger standardized sum goes first: row 0 (1.45) before row 2 (0.53)
+    assert _domination_order(Y).tolist() == [0, 2, 3, 1]
+    assert _domination_order(Y, keep_first=2).tolist()[:2] in ([0, 1], [1, 0])
+
 
 class _PeakAt(torch.nn.Module):
     """A stand-in acquisition: −Σ (x_c − t_c)² over chosen columns c, on (b, q, D) → (b,)."""

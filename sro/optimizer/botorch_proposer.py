@@ -119,7 +119,7 @@ class BoTorchProposer:
                  chunk: int = 256, fit_iters: int = 60, refit_growth: float = 0.1, shortlist: int = 64,
                  refine: int = 4, refine_iters: int = 30, threads: int | None = 1,
                  extra: ExtraSource | None = None, ref_point: Mapping[str, float] | None = None,
-                 max_running: int = 16) -> None:
+                 max_running: int = 16, screen_mean: float = 0.0) -> None:
         for key, d in objectives or []:
             if d not in ("max", "min"):
                 raise ValueError(f"objective {key!r}: direction must be 'max' or 'min', got {d!r}")
@@ -146,6 +146,7 @@ class BoTorchProposer:
         self.refine_iters = refine_iters
         self.threads = threads
         self.max_running = max_running
+        self.screen_mean = screen_mean
         self._warm: dict[str, Any] | None = None  # last fit's hyperparameters
         self.encoder = RecipeEncoder(space)
         self._names = {p.name for p in space.params} | {m for s in space.simplexes for m in s.members}
@@ -350,7 +351,10 @@ class BoTorchProposer:
         SPEA2, Zitzler et al. 2001, a one-pass stand-in for non-dominated sorting), ties broken by the
         standardized optimistic sum, and the best `screen` are kept: a candidate that many others beat
         even optimistically can hardly add the most hypervolume. The first `keep_first` rows (extra
-        candidates) are always kept.
+        candidates) are always kept. With `screen_mean` > 0 that share of the screen is ranked by the
+        posterior mean alone and goes first (the optimistic ranking puts high-variance candidates ahead
+        of those predicted good near good trials); 0 by default: 0.5 was tried at stop 19 and made
+        DTLZ2 slower on the bench's seeds (docs/optimizer.md).
         """
         P = len(X_pool)
         if P <= self.screen:
@@ -358,16 +362,14 @@ class BoTorchProposer:
         with torch.no_grad():
             # in chunks: one posterior over all P points would build the (m, P, P) test covariance
             posts = [model.posterior(X_pool[i : i + self.chunk]) for i in range(0, P, self.chunk)]
-            ucb = torch.cat([p.mean + p.variance.clamp_min(0).sqrt() for p in posts])  # (P, m)
-            count = torch.zeros(P)
-            for i in range(0, P, 256):  # (256, P, m) comparisons at a time
-                u = ucb[i : i + 256].unsqueeze(1)
-                dominated_by = ((ucb.unsqueeze(0) >= u).all(-1) & (ucb.unsqueeze(0) > u).any(-1))  # (c, P)
-                count[i : i + 256] = dominated_by.sum(-1).double().float()
-            z = ((ucb - ucb.mean(0)) / ucb.std(0).clamp_min(1e-9)).sum(-1)  # (P,)
-            rank = count - torch.sigmoid(z).float()  # count first; within a count, larger z first
-            rank[:keep_first] = -float("inf")
-        return rank.argsort()[: max(self.screen, keep_first)]
+            mean = torch.cat([p.mean for p in posts])  # (P, m)
+            ucb = mean + torch.cat([p.variance for p in posts]).clamp_min(0).sqrt()
+            order = _domination_order(ucb, keep_first)
+            if self.screen_mean > 0:  # a share of the screen by the posterior mean alone (exploitation)
+                k = int(self.screen_mean * self.screen)
+                by_mean = _domination_order(mean, keep_first)[:k]
+                order = torch.cat([by_mean, order[~torch.isin(order, by_mean)]])
+        return order[: max(self.screen, keep_first)]
 
     # --- 5) selection -----------------------------------------------------------------------------
     def _acquisition(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor,
@@ -478,6 +480,21 @@ class BoTorchProposer:
         """Acquisition value of each candidate alone (q = 1): (P, D) → (P,), in chunks."""
         return torch.cat([acqf(X_pool[i : i + self.chunk].unsqueeze(1))  # (chunk, 1, D) → (chunk,)
                           for i in range(0, len(X_pool), self.chunk)])
+
+
+def _domination_order(Y: torch.Tensor, keep_first: int = 0) -> torch.Tensor:
+    """Row indices of Y (P, m), maximized, by how many other rows dominate each (fewest first; SPEA2's
+    domination count), ties by the standardized sum (larger first); the first `keep_first` rows first."""
+    P = len(Y)
+    count = torch.zeros(P)
+    for i in range(0, P, 256):  # (256, P, m) comparisons at a time
+        u = Y[i : i + 256].unsqueeze(1)
+        dominated_by = ((Y.unsqueeze(0) >= u).all(-1) & (Y.unsqueeze(0) > u).any(-1))  # (c, P)
+        count[i : i + 256] = dominated_by.sum(-1).double().float()
+    z = ((Y - Y.mean(0)) / Y.std(0).clamp_min(1e-9)).sum(-1)  # (P,)
+    rank = count - torch.sigmoid(z).float()  # count first; within a count, larger z first
+    rank[:keep_first] = -float("inf")
+    return rank.argsort()
 
 
 @contextmanager
