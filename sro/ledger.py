@@ -196,8 +196,7 @@ class Ledger:
             state=TrialState.RUNNING, params={k: recipe.values[k] for k in dists}, distributions=dists,
             user_attrs={"recipe": recipe.to_dict(), "key": recipe.key, "pid": os.getpid(),
                         "host": socket.gethostname(), "space_version": space.version, "started": time.time()})
-        study_id = self.storage.get_study_id_from_name(self.study.study_name)
-        trial = optuna.Trial(self.study, self.storage.create_new_trial(study_id, template_trial=frozen))
+        trial = optuna.Trial(self.study, self.storage.create_new_trial(self.study._study_id, template_trial=frozen))
         # the first beat at once: a trial without any heartbeat is never taken for dead by Optuna
         self.storage.record_heartbeat(trial._trial_id)
         earlier = [r for r in self.records() if r.number < trial.number]
@@ -259,6 +258,9 @@ class Ledger:
         ended (an unexpected exception), mark it interrupted so that it is run again."""
         if trial._trial_id in self._beats and not self.storage.get_trial(trial._trial_id).state.is_finished():
             self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000], "interrupted": True})
+        self._stop_heartbeat(trial)
+
+    def _stop_heartbeat(self, trial: optuna.Trial) -> None:
         beat = self._beats.pop(trial._trial_id, None)
         if beat is not None:
             beat.stop()
@@ -268,9 +270,7 @@ class Ledger:
         """Stop the trial's heartbeat and record how it ended. A trial another worker has meanwhile
         marked interrupted (its heartbeats stalled, e.g. the machine was suspended) is recorded as a
         new trial of the same recipe, so its result is not lost."""
-        beat = self._beats.pop(trial._trial_id, None)
-        if beat is not None:
-            beat.stop()
+        self._stop_heartbeat(trial)
         try:
             for k, v in attrs.items():
                 trial.set_user_attr(k, v)

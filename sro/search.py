@@ -104,13 +104,13 @@ def _progress(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console)
 
 
-def _retries(records: list[TrialRecord]) -> list[Recipe]:
-    """Recipes to run again first, oldest first: those whose worker died mid-trial (`interrupted`) or
-    whose training the wall-clock budget cut short (`stopped`), unless the study has finished or is
+def _retry(records: list[TrialRecord]) -> Recipe | None:
+    """The oldest recipe to run again before proposing: one whose worker died mid-trial (`interrupted`)
+    or whose training the wall-clock budget cut short (`stopped`), unless the study has finished or is
     running the same recipe (another worker took it up)."""
     taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
-    out = {r.recipe.key: r.recipe for r in records if r.state in ("interrupted", "stopped") and r.recipe.key not in taken}
-    return list(out.values())
+    return next((r.recipe for r in records if r.state in ("interrupted", "stopped") and r.recipe.key not in taken),
+                None)
 
 
 def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, ledger: Ledger, budget: Budget,
@@ -254,10 +254,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             waiting = False
             if reason:
                 break
-            retry = _retries(records)
-            if retry:
-                recipe: Recipe = retry[0]
-            else:
+            recipe: Recipe | None = _retry(records)
+            if recipe is None:
                 # trials of earlier space versions stay in the evidence when they fit this one
                 proposed = proposer.propose([r for r in records if fits(space, r.recipe)], 1)
                 warm = proposer.warm_state() if hasattr(proposer, "warm_state") else None
@@ -287,7 +285,6 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 shared = ledger.shared_space()
                 if shared is None or redesigned.version > shared.version:  # never over a later worker's
                     ledger.publish_space(redesigned)
-            if redesigned is not None:
                 space = redesigned
                 proposer = make_proposer(optimizer, space, project, run_dir)
 

@@ -178,6 +178,14 @@ class RecipeSpace:
             rows = eng.random(n)
         return [self.from_unit(row) for row in rows]
 
+    def admits(self, values: dict[str, Any]) -> bool:
+        """Whether `validate` accepts `values`."""
+        try:
+            self.validate(values)
+        except SpaceError:
+            return False
+        return True
+
     def validate(self, values: dict[str, Any]) -> None:
         """Raise `SpaceError` naming the first value outside the space."""
         for p in self.params:

@@ -27,7 +27,7 @@ from sro.config import ProjectConfig
 from sro.designer.catalog import Catalog
 from sro.ledger import TrialRecord
 from sro.recipe import Recipe
-from sro.space import Param, RecipeSpace, SpaceError
+from sro.space import Param, RecipeSpace
 
 DROP_BELOW = 0.05
 MARGIN = 0.25
@@ -53,11 +53,7 @@ class Evidence:
 def fits(space: RecipeSpace, recipe: Recipe) -> bool:
     """True when the recipe is a point of `space`: every searched value inside its range, and no fixed
     setting it ran with that the space fixes otherwise (values of dropped dimensions are ignored)."""
-    try:
-        space.validate(recipe.values)
-    except SpaceError:
-        return False
-    return all(recipe.fixed.get(k, v) == v for k, v in space.fixed.items())
+    return space.admits(recipe.values) and all(recipe.fixed.get(k, v) == v for k, v in space.fixed.items())
 
 
 def _importances(ledger, objectives: list[tuple[str, str]]) -> dict[str, float]:

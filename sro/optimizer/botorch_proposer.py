@@ -111,7 +111,8 @@ class BoTorchProposer:
         max_running: at most this many of the history's running trials (the latest) are pending points
             of the acquisition: trials that other workers sharing the study's storage are training now,
             so this proposal does not go where they already went. A trial left "running" by a worker
-            that died on another host stays pending until it is marked failed.
+            that died stays pending until the ledger marks it interrupted (`Ledger.recover`: at once on
+            its own host, after 10 silent heartbeat intervals from any other).
     """
 
     def __init__(self, space: RecipeSpace, seed: int = 0, objectives: list[Objective] | None = None,
@@ -309,11 +310,7 @@ class BoTorchProposer:
 
     def _fits(self, values: dict[str, Any]) -> bool:
         """Whether `values` is a recipe of this space (an Optuna trial still being sampled is not)."""
-        try:
-            self.space.validate(values)
-        except SpaceError:
-            return False
-        return set(values) <= self._names
+        return self.space.admits(values) and set(values) <= self._names
 
     def _extra(self, history: Sequence[TrialRecord], seen: set[str]) -> list[dict[str, Any]]:
         """The valid, new, distinct recipes of the `extra` source, as values dicts."""
