@@ -44,6 +44,8 @@ class Spent:
     running: int = 0
     """Trials in training now (other workers' on a shared storage): a trial budget counts them as
     spent, so N workers do not overshoot it."""
+    running_wall_s: float = 0.0
+    """The seconds the running trials have trained so far: a wall-clock budget counts them as spent."""
 
 
 @dataclass(frozen=True)
@@ -86,22 +88,28 @@ class Budget:
         if self.trials is not None and spent.trials + spent.running >= self.trials:
             running = f" and {spent.running} running in other workers" if spent.running else ""
             return f"{spent.trials}/{self.trials} trials done{running}"
-        if self.wall_s is not None and spent.wall_s >= self.wall_s:
-            return f"{spent.wall_s:.0f}s of {self.wall_s:.0f}s wall time spent"
+        if self.over_wall(spent):
+            running = (f" ({spent.running_wall_s:.0f}s of it by {spent.running} running trial(s))"
+                       if spent.running_wall_s else "")
+            return f"{spent.wall_s + spent.running_wall_s:.0f}s of {self.wall_s:.0f}s wall time spent{running}"
         if self.gpu_h is not None and spent.gpu_h >= self.gpu_h:
             return f"{spent.gpu_h:.2f} of {self.gpu_h:.2f} GPU-hours spent"
         if self.tokens is not None and spent.tokens >= self.tokens:
             return f"{spent.tokens:.0f} of {self.tokens:.0f} training tokens spent"
         return None
 
+    def over_wall(self, spent: Spent) -> bool:
+        """The wall-clock limit is reached by the finished trials and the running ones so far."""
+        return self.wall_s is not None and spent.wall_s + spent.running_wall_s >= self.wall_s
+
     def remaining_wall_s(self, spent: Spent) -> float | None:
-        return None if self.wall_s is None else max(0.0, self.wall_s - spent.wall_s)
+        return None if self.wall_s is None else max(0.0, self.wall_s - spent.wall_s - spent.running_wall_s)
 
     def fraction_used(self, spent: Spent) -> float:
         """The largest fraction of any limit already spent (for the progress bar)."""
         pairs = [
             (spent.trials, self.trials),
-            (spent.wall_s, self.wall_s),
+            (spent.wall_s + spent.running_wall_s, self.wall_s),
             (spent.gpu_h, self.gpu_h),
             (spent.tokens, self.tokens),
         ]

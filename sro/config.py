@@ -197,13 +197,21 @@ class ProjectConfig(_Strict):
         if v is None:
             return v
         from sqlalchemy.engine import make_url
-        from sqlalchemy.exc import ArgumentError
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+        pg = "for PostgreSQL install sro's postgres extra (pip install 'sro[postgres]') and write " \
+             "postgresql+psycopg://USER@HOST:PORT/DATABASE"
         try:
-            make_url(v)
+            url = make_url(v)
         except ArgumentError:
             raise ValueError(f"storage {v!r} is not an SQLAlchemy URL; write e.g. sqlite:///runs/study.db "
                              "or leave it out (sqlite in runs/<name>/)") from None
+        try:  # the driver loads here, not in the first worker minutes later
+            url.get_dialect().import_dbapi()
+        except NoSuchModuleError:
+            raise ValueError(f"storage {v!r}: SQLAlchemy has no database kind {url.drivername!r}; {pg}") from None
+        except ImportError as e:
+            raise ValueError(f"storage {v!r}: its database driver is not installed ({e}); {pg}") from None
         return v
 
     @field_validator("budget", mode="before")

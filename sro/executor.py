@@ -189,18 +189,20 @@ def source_weights(recipe: Recipe, tasks: dict[str, list[Task]]) -> dict[str, li
 
 
 def _step_callback(curve: list[dict[str, float]], model, tok,
-                   on_step: Callable[[int, dict[str, float]], None] | None,
+                   on_step: Callable[[int, dict[str, float]], bool | None] | None,
                    on_checkpoint: Callable[[int, object, object], None] | None,
                    check_finite: bool = False) -> Callable[[int, dict[str, float]], bool]:
-    """The trainer's per-step callback: record the curve, then the caller's `on_step` and `on_checkpoint`.
-    `check_finite` fails the trial on a non-finite loss (for trainers without a failure clock)."""
+    """The trainer's per-step callback: record the curve, then the caller's `on_step` (returning True
+    stops the training there, e.g. a wall-clock budget shared with other workers is spent) and
+    `on_checkpoint`. `check_finite` fails the trial on a non-finite loss (for trainers without a
+    failure clock)."""
 
     def step_cb(step: int, m: dict[str, float]) -> bool:
         curve.append({k: round(float(v), 5) for k, v in m.items()})
         if check_finite and not all(math.isfinite(float(m[k])) for k in ("loss", "grad_norm")):
             raise TrialFailed(f"training diverged at step {step} (loss={m['loss']}, grad_norm={m['grad_norm']})")
-        if on_step:
-            on_step(step, m)
+        if on_step and on_step(step, m):
+            return True
         if on_checkpoint:
             on_checkpoint(step, model, tok)
         return False
@@ -209,7 +211,7 @@ def _step_callback(curve: list[dict[str, float]], model, tok,
 
 
 def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = None,
-              on_step: Callable[[int, dict[str, float]], None] | None = None,
+              on_step: Callable[[int, dict[str, float]], bool | None] | None = None,
               on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
     """Train the base model with `recipe`, then score it; raise `TrialFailed` if training diverges.
 
@@ -259,7 +261,7 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
 
 
 def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,
-                         on_step: Callable[[int, dict[str, float]], None] | None = None,
+                         on_step: Callable[[int, dict[str, float]], bool | None] | None = None,
                          on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
     """An agent project (textworld sources): the multi-turn trainer plays groups of episodes
     (`trainers.multiturn`; algorithm `proas` shapes their credit), then every benchmark is scored."""

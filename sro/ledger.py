@@ -53,6 +53,8 @@ class TrialRecord:
     """Results on benchmark subsets during training, by step fraction ("0.333" → {objective: value})."""
     worker: str = ""
     """host:pid of the process that ran (or runs) the trial."""
+    started: float = 0.0
+    """When the trial was claimed (Unix time on its worker's clock; 0 for trials older than this field)."""
 
     @property
     def finished(self) -> bool:
@@ -299,20 +301,23 @@ class Ledger:
             out.append(TrialRecord(t.number, state, Recipe.from_dict(a["recipe"]), dict(a.get("scores", {})),
                                    dict(a.get("cost", {})), list(a.get("curve", [])), str(a.get("message", "")),
                                    dict(a.get("metrics", {})), dict(a.get("intermediate", {})),
-                                   f"{a.get('host', '?')}:{a.get('pid', '?')}"))
+                                   f"{a.get('host', '?')}:{a.get('pid', '?')}", float(a.get("started", 0.0))))
         return out
 
     def spent(self, records: list[TrialRecord] | None = None) -> Spent:
         """What the study has used (from `records` when given, else read now); `running` counts the
-        trials in training now (other workers')."""
+        trials in training now (other workers', or this worker's own during its trial) and
+        `running_wall_s` the seconds since they were claimed."""
         all_recs = self.records() if records is None else records
         recs = [r for r in all_recs if r.state != "running"]
         setup = float(self.get("setup_wall_s", 0.0))
+        now = time.time()
+        running_s = sum(max(0.0, now - r.started) for r in all_recs if r.state == "running" and r.started)
         return Spent(wall_s=setup + sum(r.cost.get("wall_s", 0.0) for r in recs),
                      trials=sum(r.finished for r in recs),
                      gpu_h=sum(r.cost.get("gpu_h", 0.0) for r in recs),
                      tokens=sum(r.cost.get("tokens", 0.0) for r in recs),
-                     running=len(all_recs) - len(recs))
+                     running=len(all_recs) - len(recs), running_wall_s=running_s)
 
 
 class _Heartbeat:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -113,6 +113,30 @@ def _retry(records: list[TrialRecord]) -> Recipe | None:
                 None)
 
 
+SHARED_WALL_CHECK_S = 10.0
+"""How often a trial re-reads the study's wall-clock spending while it trains (`_shared_wall_spent`)."""
+
+
+def _shared_wall_spent(ledger: Ledger, budget: Budget, every: float = SHARED_WALL_CHECK_S) -> Callable[[], bool]:
+    """For a wall-clock budget: a check, run after each training step, that is True once the study's
+    finished trials and the time of its running ones (this trial's included) fill the budget. The
+    trial's own `max_seconds` is fixed when it starts; with other workers training at the same time
+    the budget runs out sooner, and each of them stops here instead of overshooting by a trial.
+    Reads the storage at most every `every` seconds."""
+    if budget.wall_s is None:
+        return lambda: False
+    last = time.monotonic()
+
+    def spent() -> bool:
+        nonlocal last
+        if time.monotonic() - last < every:
+            return False
+        last = time.monotonic()
+        return budget.over_wall(ledger.spent())
+
+    return spent
+
+
 def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, ledger: Ledger, budget: Budget,
                       spent: Spent, pruner: Pruner | None, progress: Progress, base: dict[str, float],
                       lower: Collection[str]) -> None:
@@ -125,11 +149,14 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
         step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
         curve: list[dict[str, float]] = []
 
-        def on_step(step: int, m: dict[str, float]) -> None:
+        wall_spent = _shared_wall_spent(ledger, budget)
+
+        def on_step(step: int, m: dict[str, float]) -> bool:
             curve.append(m)
             progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
             if step % 5 == 0:
                 ledger.progress(trial, curve)
+            return wall_spent()
 
         remaining = budget.remaining_wall_s(spent)
         t_start = time.monotonic()
@@ -241,8 +268,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             spent = ledger.spent(records)
             reason = budget.exhausted(spent)
             progress.update(bar, completed=budget.fraction_used(spent),
-                            info=f"{spent.trials} trials, {spent.wall_s:.0f}s of budget {budget}")
-            if reason and spent.running and budget.exhausted(replace(spent, running=0)) is None:
+                            info=f"{spent.trials} trials, {spent.wall_s + spent.running_wall_s:.0f}s of budget {budget}")
+            if reason and spent.running and budget.exhausted(replace(spent, running=0, running_wall_s=0.0)) is None:
                 # the budget is full only with other workers' running trials: wait for them, since one
                 # whose worker dies must be run again
                 if not waiting:

@@ -142,6 +142,13 @@ def test_budget_accounting():
     assert "wall time" in b.exhausted(Spent(wall_s=601, trials=1))
     assert b.remaining_wall_s(Spent(wall_s=500)) == 100
     assert b.fraction_used(Spent(wall_s=300, trials=1)) == pytest.approx(0.5)
+    # and the seconds running trials have trained so far count against a wall-clock budget
+    w = Budget.parse("10m")
+    assert w.exhausted(Spent(wall_s=500, trials=1, running=2, running_wall_s=80)) is None
+    assert w.remaining_wall_s(Spent(wall_s=500, running=2, running_wall_s=80)) == 20
+    assert w.exhausted(Spent(wall_s=500, trials=1, running=2, running_wall_s=110)) == \
+        "610s of 600s wall time spent (110s of it by 2 running trial(s))"
+    assert w.fraction_used(Spent(wall_s=240, trials=1, running=1, running_wall_s=60)) == pytest.approx(0.5)
 
 
 def test_bad_project_name(micro_project):
@@ -174,6 +181,10 @@ def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
 def test_storage_must_be_a_url(micro_project):
     msg = _err(micro_project, lambda d: d.update(storage="notaurl"))
     assert "storage: storage 'notaurl' is not an SQLAlchemy URL" in msg and "sqlite:///" in msg
+    msg = _err(micro_project, lambda d: d.update(storage="postgres://db.example/sro"))  # SQLAlchemy 1.3's spelling
+    assert "no database kind 'postgres'" in msg and "postgresql+psycopg://" in msg
+    msg = _err(micro_project, lambda d: d.update(storage="postgresql+pg8000://db.example/sro"))
+    assert "its database driver is not installed (No module named 'pg8000')" in msg and "sro[postgres]" in msg
 
 
 def test_folder_instead_of_project_file(tmp_path):

@@ -126,7 +126,8 @@ def test_interrupted_trial_is_marked_and_kept_apart(micro_project, tmp_path):
     assert reopened.spent().trials == 1
 
 
-def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_project, tmp_path, monkeypatch):
+def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_project, tmp_path, monkeypatch,
+                                                                      shared_storage):
     """A worker on another machine dies mid-trial: its trial records no more heartbeats, the next worker
     that looks marks it interrupted and gets its recipe to rerun; a live trial beside it is untouched.
     If the 'dead' worker was only suspended and comes back, its result is recorded, not lost."""
@@ -136,7 +137,7 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     import sro.ledger as ledger_mod
 
     monkeypatch.setattr(ledger_mod, "STALE_BEATS", 4)  # silent for 4 intervals = dead
-    project = load_project(micro_project("beat", "heartbeat_s: 1\n"))
+    project = load_project(micro_project("beat", f"heartbeat_s: 1\nstorage: {shared_storage}\n"))
     space = RecipeSpace.from_yaml(SMALL_SPACE)
     recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(2, seed=0)]
     a = Ledger(project, tmp_path / "beat")
@@ -159,14 +160,14 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     assert b.study.trials[2].user_attrs["late_of"] == 1
 
 
-def test_workers_share_the_later_of_the_study_space_and_their_own(micro_project, tmp_path):
+def test_workers_share_the_later_of_the_study_space_and_their_own(micro_project, tmp_path, shared_storage):
     """load_space with a ledger: the run folder's space.yaml is published to the storage; a worker whose
     folder has none, or an earlier version, takes (and writes) the study's; a later local version wins."""
     from rich.console import Console
 
     from sro.search import load_space
 
-    project = load_project(micro_project("sp", f"storage: sqlite:///{tmp_path / 'sp.db'}\n"))
+    project = load_project(micro_project("sp", f"storage: {shared_storage}\n"))
     a_dir, b_dir = tmp_path / "a", tmp_path / "b"
     a_dir.mkdir()
     (a_dir / "space.yaml").write_text(SMALL_SPACE)
@@ -186,8 +187,8 @@ def test_workers_share_the_later_of_the_study_space_and_their_own(micro_project,
     assert again.version == 2 and RecipeSpace.from_yaml((a_dir / "space.yaml").read_text()).version == 2
 
 
-def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path):
-    project = load_project(micro_project("cap"))
+def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path, shared_storage):
+    project = load_project(micro_project("cap", f"storage: {shared_storage}\n"))
     space = RecipeSpace.from_yaml(SMALL_SPACE)
     recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(3, seed=0)]
     ledger = Ledger(project, tmp_path / "cap")
@@ -205,6 +206,38 @@ def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path):
     assert not ledger._beats
     ledger.release(first, "nothing to do")  # a trial already recorded is left as it is
     assert ledger.records()[0].state == "complete"
+
+
+def test_a_wall_clock_budget_counts_the_time_of_running_trials(micro_project, tmp_path, shared_storage):
+    """Two workers share a wall-clock budget: the time another worker's trial has trained so far counts
+    as spent, both when a worker decides whether to start a trial and while its own trial trains (the
+    check after each step stops it where the study's finished and running time fill the budget)."""
+    import time
+
+    from sro.budget import Budget
+    from sro.search import _shared_wall_spent
+
+    project = load_project(micro_project("clock", f"storage: {shared_storage}\n"))
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(3, seed=0)]
+    ledger = Ledger(project, tmp_path / "clock")
+    done = ledger.start(recipes[0], space)
+    ledger.finish(done, {"arithmetic/add": 0.5}, {"wall_s": 30.0}, [])
+    theirs = ledger.start(recipes[1], space)  # another worker's, training for 50 s so far
+    theirs.set_user_attr("started", time.time() - 50)
+    spent = ledger.spent()
+    assert spent.wall_s == 30.0 and spent.running == 1 and 50 <= spent.running_wall_s < 55
+    assert "(50s of it by 1 running trial(s))" in Budget.parse("70s").exhausted(spent)
+    assert Budget.parse("100s").remaining_wall_s(spent) == pytest.approx(20, abs=5)
+    mine = ledger.start(recipes[2], space)  # this worker's trial, 10 s in
+    mine.set_user_attr("started", time.time() - 10)
+    assert _shared_wall_spent(ledger, Budget.parse("85s"), every=0)()  # 30 + 50 + 10 > 85: stop here
+    assert not _shared_wall_spent(ledger, Budget.parse("200s"), every=0)()
+    assert not _shared_wall_spent(ledger, Budget.parse("5trials"), every=0)()  # no wall clock to watch
+    later = _shared_wall_spent(ledger, Budget.parse("85s"), every=60)
+    assert not later()  # the storage is read at most once a minute here
+    for t in (theirs, mine):
+        ledger.release(t, "test over")
 
 
 @pytest.mark.parametrize("mutate,needle", [
@@ -247,14 +280,13 @@ def test_search_with_botorch_optimizer(micro_project, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_workers_share_one_study(micro_project, tmp_path):
+def test_two_workers_share_one_study(micro_project, tmp_path, shared_storage):
     """Two `sro search` processes on one project, started together as workers on two machines would be:
     each with its own runs folder, one shared storage. They search the study's space (the second
     machine has no space.yaml of its own), share the budget exactly, never run the same recipe, and
     every trial's scores belong to the recipe that trained (each trial is created with its recipe, not
     popped from a queue another worker also fills)."""
-    db = tmp_path / "shared.db"
-    project = micro_project("pair", f"storage: sqlite:///{db}\n")
+    project = micro_project("pair", f"storage: {shared_storage}\n")
     Ledger(load_project(project), tmp_path / "setup").publish_space(RecipeSpace.from_yaml(SMALL_SPACE))
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
     runs = [tmp_path / "machine_a", tmp_path / "machine_b"]
