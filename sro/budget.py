@@ -8,7 +8,7 @@ search stops at the first one reached.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _UNITS = {
     "s": ("wall_s", 1.0),
@@ -33,19 +33,35 @@ class BudgetError(ValueError):
     """A budget string that cannot be parsed."""
 
 
+COSTS = {"wall_s": ("{:.0f}s", "wall time"), "gpu_h": ("{:.2f}", "GPU-hours"), "tokens": ("{:.0f}", "training tokens")}
+"""The resources a budget can limit besides the trial count: field → (number format, name)."""
+
+
 @dataclass(frozen=True)
 class Spent:
-    """What a study has used so far."""
+    """What a study has used so far: the finished trials (and the set-up), and apart from them what
+    the trials still in training have used until now."""
 
     wall_s: float = 0.0
     trials: int = 0
     gpu_h: float = 0.0
     tokens: float = 0.0
     running: int = 0
-    """Trials in training now (other workers' on a shared storage): a trial budget counts them as
-    spent, so N workers do not overshoot it."""
+    """Trials in training now (other workers' on a shared storage, or this worker's own during its
+    trial): a trial budget counts them as spent, so N workers do not overshoot it."""
     running_wall_s: float = 0.0
-    """The seconds the running trials have trained so far: a wall-clock budget counts them as spent."""
+    """Seconds since the running trials were claimed."""
+    running_gpu_h: float = 0.0
+    """GPU-hours of the running trials so far (as they last recorded it)."""
+    running_tokens: float = 0.0
+    """Training tokens of the running trials so far (as they last recorded it)."""
+
+    def total(self, cost: str) -> float:
+        """`cost` (a key of COSTS) used by the finished and the running trials together."""
+        return float(getattr(self, cost)) + float(getattr(self, f"running_{cost}"))
+
+    def finished_only(self) -> Spent:
+        return replace(self, running=0, running_wall_s=0.0, running_gpu_h=0.0, running_tokens=0.0)
 
 
 @dataclass(frozen=True)
@@ -88,30 +104,27 @@ class Budget:
         if self.trials is not None and spent.trials + spent.running >= self.trials:
             running = f" and {spent.running} running in other workers" if spent.running else ""
             return f"{spent.trials}/{self.trials} trials done{running}"
-        if self.over_wall(spent):
-            running = (f" ({spent.running_wall_s:.0f}s of it by {spent.running} running trial(s))"
-                       if spent.running_wall_s else "")
-            return f"{spent.wall_s + spent.running_wall_s:.0f}s of {self.wall_s:.0f}s wall time spent{running}"
-        if self.gpu_h is not None and spent.gpu_h >= self.gpu_h:
-            return f"{spent.gpu_h:.2f} of {self.gpu_h:.2f} GPU-hours spent"
-        if self.tokens is not None and spent.tokens >= self.tokens:
-            return f"{spent.tokens:.0f} of {self.tokens:.0f} training tokens spent"
+        return self.over_cost(spent)
+
+    def over_cost(self, spent: Spent) -> str | None:
+        """Which wall-time, GPU-hour or token limit the finished and running trials have reached
+        together (None if none): the reason a trial in training stops when other workers share it."""
+        for cost, (fmt, name) in COSTS.items():
+            limit = getattr(self, cost)
+            if limit is not None and spent.total(cost) >= limit:
+                run = getattr(spent, f"running_{cost}")
+                running = f" ({fmt.format(run)} of it by {spent.running} trial(s) still training)" if run else ""
+                return f"{fmt.format(spent.total(cost))} of {fmt.format(limit)} {name} spent{running}"
         return None
 
-    def over_wall(self, spent: Spent) -> bool:
-        """The wall-clock limit is reached by the finished trials and the running ones so far."""
-        return self.wall_s is not None and spent.wall_s + spent.running_wall_s >= self.wall_s
-
     def remaining_wall_s(self, spent: Spent) -> float | None:
-        return None if self.wall_s is None else max(0.0, self.wall_s - spent.wall_s - spent.running_wall_s)
+        return None if self.wall_s is None else max(0.0, self.wall_s - spent.total("wall_s"))
 
     def fraction_used(self, spent: Spent) -> float:
         """The largest fraction of any limit already spent (for the progress bar)."""
         pairs = [
             (spent.trials, self.trials),
-            (spent.wall_s + spent.running_wall_s, self.wall_s),
-            (spent.gpu_h, self.gpu_h),
-            (spent.tokens, self.tokens),
+            *((spent.total(c), getattr(self, c)) for c in COSTS),
         ]
         return max([min(1.0, s / lim) for s, lim in pairs if lim], default=0.0)
 

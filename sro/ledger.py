@@ -55,6 +55,8 @@ class TrialRecord:
     """host:pid of the process that ran (or runs) the trial."""
     started: float = 0.0
     """When the trial was claimed (Unix time on its worker's clock; 0 for trials older than this field)."""
+    so_far: dict[str, float] = field(default_factory=dict)
+    """A running trial's cost until its last progress record (`Ledger.progress`): gpu_h, tokens."""
 
     @property
     def finished(self) -> bool:
@@ -218,8 +220,12 @@ class Ledger:
         self.study.tell(trial, state=TrialState.FAIL)
         return None
 
-    def progress(self, trial: optuna.Trial, curve: list[dict[str, float]]) -> None:
+    def progress(self, trial: optuna.Trial, curve: list[dict[str, float]],
+                 so_far: dict[str, float] | None = None) -> None:
+        """A running trial's learning curve and its cost so far (what the budget counts while it runs)."""
         trial.set_user_attr("curve", curve)
+        if so_far is not None:
+            trial.set_user_attr("so_far", so_far)
 
     def finish(self, trial: optuna.Trial, scores: dict[str, float], cost: dict[str, float],
                curve: list[dict[str, float]], metrics: dict[str, float] | None = None) -> None:
@@ -301,23 +307,26 @@ class Ledger:
             out.append(TrialRecord(t.number, state, Recipe.from_dict(a["recipe"]), dict(a.get("scores", {})),
                                    dict(a.get("cost", {})), list(a.get("curve", [])), str(a.get("message", "")),
                                    dict(a.get("metrics", {})), dict(a.get("intermediate", {})),
-                                   f"{a.get('host', '?')}:{a.get('pid', '?')}", float(a.get("started", 0.0))))
+                                   f"{a.get('host', '?')}:{a.get('pid', '?')}", float(a.get("started", 0.0)),
+                                   dict(a.get("so_far", {}))))
         return out
 
     def spent(self, records: list[TrialRecord] | None = None) -> Spent:
-        """What the study has used (from `records` when given, else read now); `running` counts the
-        trials in training now (other workers', or this worker's own during its trial) and
-        `running_wall_s` the seconds since they were claimed."""
+        """What the study has used (from `records` when given, else read now), and apart from it what
+        the trials in training now (other workers', or this worker's own during its trial) have
+        used: seconds since their claim, GPU-hours and tokens as they last recorded them."""
         all_recs = self.records() if records is None else records
         recs = [r for r in all_recs if r.state != "running"]
+        running = [r for r in all_recs if r.state == "running"]
         setup = float(self.get("setup_wall_s", 0.0))
         now = time.time()
-        running_s = sum(max(0.0, now - r.started) for r in all_recs if r.state == "running" and r.started)
         return Spent(wall_s=setup + sum(r.cost.get("wall_s", 0.0) for r in recs),
                      trials=sum(r.finished for r in recs),
                      gpu_h=sum(r.cost.get("gpu_h", 0.0) for r in recs),
                      tokens=sum(r.cost.get("tokens", 0.0) for r in recs),
-                     running=len(all_recs) - len(recs), running_wall_s=running_s)
+                     running=len(running), running_wall_s=sum(max(0.0, now - r.started) for r in running if r.started),
+                     running_gpu_h=sum(r.so_far.get("gpu_h", 0.0) for r in running),
+                     running_tokens=sum(r.so_far.get("tokens", 0.0) for r in running))
 
 
 class _Heartbeat:

@@ -7,15 +7,16 @@ import sys
 import time
 import traceback
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
+import torch
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sro.budget import Budget, Spent
+from sro.budget import COSTS, Budget, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.designer.redesign import fits, maybe_redesign
@@ -113,26 +114,28 @@ def _retry(records: list[TrialRecord]) -> Recipe | None:
                 None)
 
 
-SHARED_WALL_CHECK_S = 10.0
-"""How often a trial re-reads the study's wall-clock spending while it trains (`_shared_wall_spent`)."""
+SHARED_CHECK_S = 10.0
+"""How often a training trial records its cost so far and re-reads the study's (`_budget_spent`)."""
 
 
-def _shared_wall_spent(ledger: Ledger, budget: Budget, every: float = SHARED_WALL_CHECK_S) -> Callable[[], bool]:
-    """For a wall-clock budget: a check, run after each training step, that is True once the study's
-    finished trials and the time of its running ones (this trial's included) fill the budget. The
-    trial's own `max_seconds` is fixed when it starts; with other workers training at the same time
-    the budget runs out sooner, and each of them stops here instead of overshooting by a trial.
-    Reads the storage at most every `every` seconds."""
-    if budget.wall_s is None:
-        return lambda: False
+def _budget_spent(ledger: Ledger, budget: Budget, every: float | None = None) -> Callable[[], str | None]:
+    """For a wall-time, GPU-hour or token budget: a check, run after each training step, that gives the
+    reason once the study's finished trials and its running ones (this trial's included) fill the
+    budget. A trial's own `max_seconds` is fixed when it starts; with other workers training at the
+    same time the budget runs out sooner, and each of them stops here instead of overshooting by a
+    trial (and a lone worker's trial stops where a GPU-hour or token budget runs out). Reads the
+    storage at most every `every` seconds (default `SHARED_CHECK_S`)."""
+    if all(getattr(budget, c) is None for c in COSTS):
+        return lambda: None
+    every = SHARED_CHECK_S if every is None else every
     last = time.monotonic()
 
-    def spent() -> bool:
+    def spent() -> str | None:
         nonlocal last
         if time.monotonic() - last < every:
-            return False
+            return None
         last = time.monotonic()
-        return budget.over_wall(ledger.spent())
+        return budget.over_cost(ledger.spent())
 
     return spent
 
@@ -149,26 +152,32 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
         step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
         curve: list[dict[str, float]] = []
 
-        wall_spent = _shared_wall_spent(ledger, budget)
+        budget_spent, stop = _budget_spent(ledger, budget), ""
+        on_gpu = ctx.project.runtime.device != "cpu" and torch.cuda.is_available()  # as the trainer picks it
+        t_start = last_write = time.monotonic()
 
         def on_step(step: int, m: dict[str, float]) -> bool:
+            nonlocal last_write, stop
             curve.append(m)
             progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
-            if step % 5 == 0:
-                ledger.progress(trial, curve)
-            return wall_spent()
+            now = time.monotonic()
+            if step % 5 == 0 or now - last_write >= SHARED_CHECK_S:
+                ledger.progress(trial, curve, {"gpu_h": (now - t_start) / 3600 if on_gpu else 0.0,
+                                               "tokens": float(m.get("tokens", 0.0))})
+                last_write = now
+            stop = budget_spent() or ""
+            return bool(stop)
 
         remaining = budget.remaining_wall_s(spent)
-        t_start = time.monotonic()
         hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
                            lambda f, v, t=trial: ledger.report_intermediate(t, f, v)) if pruner else None
         try:
             out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
-            if remaining is not None and len(out.curve) < steps:
+            if (remaining is not None or stop) and len(out.curve) < steps:
                 # the budget ran out mid-training: these are the scores of a shorter recipe, kept
                 # apart from the complete trials (not on the front, not a model's training point)
-                msg = (f"stopped by the wall-clock budget at step {len(out.curve)} of {steps}; "
-                       "its scores are those of the partial training")
+                why = f"the budget ({stop})" if stop else "the wall-clock budget"
+                msg = f"stopped by {why} at step {len(out.curve)} of {steps}; its scores are those of the partial training"
                 ledger.end_early(trial, "stopped", out.scores, out.cost, out.curve, msg)
                 progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
             else:
@@ -268,8 +277,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             spent = ledger.spent(records)
             reason = budget.exhausted(spent)
             progress.update(bar, completed=budget.fraction_used(spent),
-                            info=f"{spent.trials} trials, {spent.wall_s + spent.running_wall_s:.0f}s of budget {budget}")
-            if reason and spent.running and budget.exhausted(replace(spent, running=0, running_wall_s=0.0)) is None:
+                            info=f"{spent.trials} trials, {spent.total('wall_s'):.0f}s of budget {budget}")
+            if reason and spent.running and budget.exhausted(spent.finished_only()) is None:
                 # the budget is full only with other workers' running trials: wait for them, since one
                 # whose worker dies must be run again
                 if not waiting:

@@ -147,7 +147,7 @@ def test_budget_accounting():
     assert w.exhausted(Spent(wall_s=500, trials=1, running=2, running_wall_s=80)) is None
     assert w.remaining_wall_s(Spent(wall_s=500, running=2, running_wall_s=80)) == 20
     assert w.exhausted(Spent(wall_s=500, trials=1, running=2, running_wall_s=110)) == \
-        "610s of 600s wall time spent (110s of it by 2 running trial(s))"
+        "610s of 600s wall time spent (110s of it by 2 trial(s) still training)"
     assert w.fraction_used(Spent(wall_s=240, trials=1, running=1, running_wall_s=60)) == pytest.approx(0.5)
 
 

@@ -208,36 +208,64 @@ def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path, s
     assert ledger.records()[0].state == "complete"
 
 
-def test_a_wall_clock_budget_counts_the_time_of_running_trials(micro_project, tmp_path, shared_storage):
-    """Two workers share a wall-clock budget: the time another worker's trial has trained so far counts
-    as spent, both when a worker decides whether to start a trial and while its own trial trains (the
-    check after each step stops it where the study's finished and running time fill the budget)."""
+def test_a_cost_budget_counts_what_running_trials_have_used(micro_project, tmp_path, shared_storage):
+    """Two workers share a wall-clock (or GPU-hour, or token) budget: what another worker's trial has
+    used so far counts as spent, both when a worker decides whether to start a trial and while its own
+    trial trains (the check after each step stops it where the study's finished and running trials
+    fill the budget)."""
     import time
 
     from sro.budget import Budget
-    from sro.search import _shared_wall_spent
+    from sro.search import _budget_spent
 
     project = load_project(micro_project("clock", f"storage: {shared_storage}\n"))
     space = RecipeSpace.from_yaml(SMALL_SPACE)
     recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(3, seed=0)]
     ledger = Ledger(project, tmp_path / "clock")
     done = ledger.start(recipes[0], space)
-    ledger.finish(done, {"arithmetic/add": 0.5}, {"wall_s": 30.0}, [])
+    ledger.finish(done, {"arithmetic/add": 0.5}, {"wall_s": 30.0, "tokens": 1000.0, "gpu_h": 0.25}, [])
     theirs = ledger.start(recipes[1], space)  # another worker's, training for 50 s so far
     theirs.set_user_attr("started", time.time() - 50)
+    ledger.progress(theirs, [], {"tokens": 400.0, "gpu_h": 0.5})
     spent = ledger.spent()
-    assert spent.wall_s == 30.0 and spent.running == 1 and 50 <= spent.running_wall_s < 55
-    assert "(50s of it by 1 running trial(s))" in Budget.parse("70s").exhausted(spent)
+    assert (spent.wall_s, spent.tokens, spent.gpu_h, spent.running) == (30.0, 1000.0, 0.25, 1)
+    assert 50 <= spent.running_wall_s < 55 and (spent.running_tokens, spent.running_gpu_h) == (400.0, 0.5)
+    assert "(50s of it by 1 trial(s) still training)" in Budget.parse("70s").exhausted(spent)
+    assert Budget.parse("1200tok").exhausted(spent) == "1400 of 1200 training tokens spent (400 of it by 1 trial(s) still training)"
+    assert Budget.parse("0.5gpu-h").exhausted(spent) == "0.75 of 0.50 GPU-hours spent (0.50 of it by 1 trial(s) still training)"
+    assert Budget.parse("2000tok,1gpu-h").exhausted(spent) is None
     assert Budget.parse("100s").remaining_wall_s(spent) == pytest.approx(20, abs=5)
     mine = ledger.start(recipes[2], space)  # this worker's trial, 10 s in
     mine.set_user_attr("started", time.time() - 10)
-    assert _shared_wall_spent(ledger, Budget.parse("85s"), every=0)()  # 30 + 50 + 10 > 85: stop here
-    assert not _shared_wall_spent(ledger, Budget.parse("200s"), every=0)()
-    assert not _shared_wall_spent(ledger, Budget.parse("5trials"), every=0)()  # no wall clock to watch
-    later = _shared_wall_spent(ledger, Budget.parse("85s"), every=60)
-    assert not later()  # the storage is read at most once a minute here
+    assert "wall time spent" in _budget_spent(ledger, Budget.parse("85s"), every=0)()  # 30 + 50 + 10 > 85
+    assert _budget_spent(ledger, Budget.parse("200s"), every=0)() is None
+    assert _budget_spent(ledger, Budget.parse("5trials"), every=0)() is None  # no cost to watch
+    assert "training tokens" in _budget_spent(ledger, Budget.parse("1300tok"), every=0)()
+    later = _budget_spent(ledger, Budget.parse("85s"), every=60)
+    assert later() is None  # the storage is read at most once a minute here
     for t in (theirs, mine):
         ledger.release(t, "test over")
+
+
+@pytest.mark.slow
+def test_a_trial_stops_where_a_token_budget_runs_out(micro_project, tmp_path, monkeypatch):
+    """A lone worker's trial checks the budget while it trains: a token budget stops it mid-training,
+    recorded as `stopped` with its partial scores, and the search ends there."""
+    import sro.search as search_mod
+    from rich.console import Console
+
+    from sro.budget import Budget
+
+    monkeypatch.setattr(search_mod, "SHARED_CHECK_S", 0.0)  # check after every step
+    project, runs = _with_small_space(micro_project, tmp_path, "tok")
+    (runs / "tok" / "space.yaml").write_text(SMALL_SPACE.replace("low: 2, high: 3", "low: 8, high: 9"))
+    summary = search_mod.run_search(load_project(project), Budget.parse("600tok"), runs, optimizer="random",
+                                    console=Console(record=True, width=200))
+    [trial] = summary.trials
+    assert trial.state == "stopped" and len(trial.curve) < trial.recipe.values["steps"], trial
+    assert "stopped by the budget (" in trial.message and "training tokens spent" in trial.message
+    assert 600 <= trial.cost["tokens"] < 600 + trial.curve[0]["tokens"]  # the step that crossed it, no more
+    assert "training tokens spent" in summary.stop_reason
 
 
 @pytest.mark.parametrize("mutate,needle", [
