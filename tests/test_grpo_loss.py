@@ -67,6 +67,11 @@ def test_aggregations_by_hand():
     assert AGGREGATIONS.get("seq_mean")(loss, mask).item() == pytest.approx((2.0 + 4.0) / 2)
     assert AGGREGATIONS.get("token_mean")(loss, mask).item() == pytest.approx(10.0 / 4)
     assert AGGREGATIONS.get("fixed_len")(loss, mask).item() == pytest.approx(10.0 / 6)
+    # Dr.GRPO's normalizer is the generation limit, not the batch's padded width (its longest sample)
+    assert AGGREGATIONS.get("fixed_len")(loss, mask, max_len=8).item() == pytest.approx(10.0 / (2 * 8))
+    wider = torch.cat([loss, torch.zeros(2, 5)], -1), torch.cat([mask, torch.zeros(2, 5)], -1)
+    assert AGGREGATIONS.get("fixed_len")(*wider, max_len=8).item() == pytest.approx(10.0 / (2 * 8))
+    assert AGGREGATIONS.get("token_mean")(loss, mask, max_len=8).item() == pytest.approx(10.0 / 4)  # others ignore it
 
 
 def test_one_pass_clip_equals_policy_gradient():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -352,6 +353,28 @@ def test_multi_turn_config_from_recipe_values():
     assert multi_turn_config("grpo", GRPOConfig(), {}).credit == "grpo"
     with pytest.raises(ValueError, match="unknown ProAS settings"):
         multi_turn_config("proas", GRPOConfig(), {"proas.lamda": 0.3})
+    # what the multi-turn trainer does not do is refused, not silently ignored
+    with pytest.raises(ValueError, match="does not support staleness, num_iterations, distill.weight"):
+        multi_turn_config("grpo", GRPOConfig(staleness=1, num_iterations=2, distill={"weight": 0.3}), {})
+
+
+def test_multi_turn_batch_schedule_and_kl_to_the_base(policy):
+    """The batch clock (§6) grows the games per iteration after `batch_switch_at` and scales lr by
+    (N/N₀)^α; β > 0 keeps a frozen copy of the base and adds its k3 KL to the loss."""
+    model, tok = load_policy(policy, "cpu")
+    base = GRPOConfig(lr=1e-3, steps=2, group_size=2, prompts_per_step=2, max_new_tokens=5, warmup_steps=1,
+                      batch_switch_at=0.5, batch_multiplier=2, lr_alpha=1.0)
+    tr = MultiTurnTrainer(model, tok, MultiTurnConfig(base), [CorridorTask()])
+    assert tr.ref is None
+    first, second = tr.step(), tr.step()
+    assert (first["episodes"], second["episodes"] - first["episodes"]) == (4, 8)  # cumulative: 2×2 games, then 4×2
+    assert tr.opt.param_groups[0]["lr"] == pytest.approx(2e-3)
+    with_kl = MultiTurnTrainer(model, tok, MultiTurnConfig(replace(base, beta=0.1)), [CorridorTask()])
+    assert with_kl.ref is not None and all(not p.requires_grad for p in with_kl.ref.parameters())
+    assert "kl" not in first
+    with torch.no_grad():  # the policy has drifted from the base: the KL term is measured and trained
+        next(with_kl.model.parameters()).add_(0.05 * torch.randn_like(next(with_kl.model.parameters())))
+    assert with_kl.step()["kl"] > 0
 
 
 @pytest.mark.slow

@@ -64,19 +64,22 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
 
 
 @AGGREGATIONS.register("seq_mean")
-def seq_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def seq_mean(loss: torch.Tensor, mask: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
     """Mean over sequences of each sequence's token mean (GRPO's original aggregation)."""
     per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
     return per_seq.mean()
 
 
 @AGGREGATIONS.register("token_mean")
-def token_mean(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+def token_mean(loss: torch.Tensor, mask: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
     """DAPO (arXiv 2503.14476): sum over all tokens / number of tokens."""
     return (loss * mask).sum() / mask.sum().clamp(min=1)
 
 
 @AGGREGATIONS.register("fixed_len")
-def fixed_len(loss: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Dr.GRPO: sum over all tokens / (B · max_len), a constant normalizer."""
-    return (loss * mask).sum() / (mask.shape[0] * mask.shape[1])
+def fixed_len(loss: torch.Tensor, mask: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
+    """Dr.GRPO: sum over all tokens / (B · max_len), a constant normalizer. `max_len` is the generation
+    limit (the trainer's `max_new_tokens`): the batch's padded width changes with its longest
+    completion, since generation stops when every sequence has ended, and dividing by it would couple
+    the gradient's scale to that length again (the width is used only when no limit is given)."""
+    return (loss * mask).sum() / (mask.shape[0] * (max_len or mask.shape[1]))

@@ -282,18 +282,20 @@ class GRPOTrainer:
             stats.update(distill_loss=0.0, distill_kl=0.0, grad_cos=0.0)  # distill_kl: sampled KL(student‖teacher)
         n_updates = 0
         for _ in range(cfg.num_iterations):
-            for idx in torch.randperm(N).chunk(cfg.minibatches):
+            for idx in torch.tensor_split(torch.randperm(N), cfg.minibatches):  # exactly `minibatches` parts
                 s_dist = completion_log_dist(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len)
                 tokens = ro.completion_ids[idx]
                 logp = s_dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (n, C)
                 ent = -(s_dist.exp() * s_dist).sum(-1).detach()
                 p_logp = prox[idx] if prox is not None else logp.detach()
-                b_logp = b.behav[idx] if b.behav is not None else p_logp
+                # μ: recorded under staleness or reuse; else the rollout is fresh and this is the
+                # update's only pass, so μ is the policy right now (not π_prox, which in ewma mode lags)
+                b_logp = b.behav[idx] if b.behav is not None else logp.detach()
                 m = mask[idx]
                 inputs = LossInputs(logp, b_logp, p_logp, adv[idx].unsqueeze(-1).expand_as(logp), m)
                 tok_loss = policy_loss(inputs, eps_low=cfg.eps_low, eps_high=cfg.eps_high, prox=cfg.prox)
                 kl = k3_kl(logp, ref_logp[idx]) if ref_logp is not None else torch.zeros_like(logp)
-                loss = aggregate(tok_loss + cfg.beta * kl, m)
+                loss = aggregate(tok_loss + cfg.beta * kl, m, max_len=cfg.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 if distilling:
                     dm = d_mask[idx]

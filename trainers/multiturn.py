@@ -21,13 +21,15 @@ import torch
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import StepInfo, normalize_command
 from evaluators.textworld_env import EpisodeResult, episode_metrics, resolve_action
-from trainers.core import ADVANTAGES, AGGREGATIONS
+from trainers.clocks import BatchSchedule
+from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
 from trainers.grpo import OPTIMIZERS, GRPOConfig
 from trainers.losses import POLICY_LOSSES, LossInputs
 from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
 from trainers.prompts import format_prompt
 from trainers.readout import ConfidenceReadout, confidence_token_ids
 from trainers.rollout import completion_logprobs, generate, position_ids
+from trainers.weights import frozen_copy
 
 CREDITS = ("grpo", "proas")
 
@@ -76,6 +78,16 @@ class MultiTurnConfig:
             problems.append("history, calib_weight and readout_steps must be >= 0")
         if self.readout_buffer < 1:
             problems.append(f"readout_buffer must be >= 1 (got {self.readout_buffer})")
+        b = self.base
+        unsupported = [name for name, on in (
+            ("staleness", b.staleness != 0), ("num_iterations", b.num_iterations != 1),
+            ("minibatches", b.minibatches != 1), ("distill.weight", b.distill.weight > 0),
+            ("dynamic_sampling", b.dynamic_sampling), ("mask_truncated", b.mask_truncated)) if on]
+        if unsupported:
+            problems.append(f"the multi-turn trainer plays fresh episodes for one pass per iteration and does not "
+                            f"support {', '.join(unsupported)}; leave them at their defaults (staleness 0, "
+                            "num_iterations 1, minibatches 1, distill.weight 0, dynamic_sampling and "
+                            "mask_truncated off)")
         if problems:
             raise ValueError("MultiTurnConfig: " + "; ".join(problems))
 
@@ -285,6 +297,12 @@ class MultiTurnTrainer:
         self.readout = (ConfidenceReadout(model, tokenizer, config.readout_steps, config.readout_buffer)
                         if config.confidence and config.calib_weight > 0 and config.readout_steps > 0 else None)
         self.opt = OPTIMIZERS.get(config.base.optimizer)(model.parameters(), config.base)
+        c = config.base
+        self.ref = frozen_copy(model) if c.beta > 0 else None  # after the readout's new tokens
+        self.last_kl = 0.0
+        """The k3 KL to the base on the last update's action tokens (metric `kl` when β > 0)."""
+        self.schedule = BatchSchedule(c.prompts_per_step, c.group_size, c.steps, c.batch_switch_at,
+                                      c.batch_multiplier, c.lr_alpha, c.lr_ref_batch)
         self.graph = ReferenceGraph(config.proas, seed=config.base.seed) if config.credit == "proas" else None
         self.rng = random.Random(config.base.seed)
         self.samples = self.episodes = self.tokens = self.step_count = 0
@@ -299,7 +317,7 @@ class MultiTurnTrainer:
     def rollout(self) -> list[Episode]:
         c = self.cfg.base
         envs, games = [], []
-        for _ in range(c.prompts_per_step):
+        for _ in range(self.schedule.prompts(max(1, self.step_count))):  # games this iteration (§6's batch clock)
             task = self.rng.choice(self.tasks)
             g = self.rng.randrange(task.n_games)
             for _ in range(c.group_size):
@@ -313,7 +331,7 @@ class MultiTurnTrainer:
         cfg, c = self.cfg, self.cfg.base
         self.step_count += 1
         for g in self.opt.param_groups:
-            g["lr"] = c.lr * min(1.0, self.step_count / max(1, c.warmup_steps))
+            g["lr"] = self.schedule.lr(c.lr, self.step_count) * min(1.0, self.step_count / max(1, c.warmup_steps))
         eps = self.rollout()
         results = [e.result for e in eps]
         self.failures += [r.reason for r in results if r.reason.startswith("env error")]
@@ -345,6 +363,8 @@ class MultiTurnTrainer:
         m = episode_metrics(results)
         m.update(loss=loss, grad_norm=gn, reward=float(rewards.mean()), episodes=float(self.episodes),
                  samples=float(self.samples), tokens=float(self.tokens), env_errors=float(len(self.failures)))
+        if self.ref is not None:
+            m["kl"] = self.last_kl
         if self.graph is not None:
             m.update(self.graph.stats())
             failed = [e for e in eps if not e.result.success]
@@ -369,7 +389,13 @@ class MultiTurnTrainer:
         old = logp.detach()  # one pass over fresh rollouts: μ = π_prox = π_θ, r ≡ 1
         tok_loss = POLICY_LOSSES.get(c.policy_loss)(LossInputs(logp, old, old, adv, mask),
                                                    eps_low=c.eps_low, eps_high=c.eps_high, prox=c.prox)
-        loss = AGGREGATIONS.get(c.aggregation)(tok_loss, mask)
+        if self.ref is not None:  # β·k3 KL to the frozen base, per action token (§1)
+            with torch.no_grad():
+                ref_logp, _ = completion_logprobs(self.ref, ids, att, L)
+            kl = k3_kl(logp, ref_logp)
+            tok_loss = tok_loss + c.beta * kl
+            self.last_kl = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))
+        loss = AGGREGATIONS.get(c.aggregation)(tok_loss, mask, max_len=c.max_new_tokens)
         if extra is not None:
             loss = loss + extra()
         self.opt.zero_grad(set_to_none=True)

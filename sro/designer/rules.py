@@ -113,7 +113,8 @@ def _pass_rate(catalog: Catalog) -> float | None:
 
 def design_rules(catalog: Catalog, project: ProjectConfig) -> RecipeSpace:
     single, multi = _regimes(catalog)
-    reuse, reuse_why = _off_policy(catalog)
+    # the multi-turn trainer plays fresh episodes for one pass: reuse and staleness are single-turn only
+    reuse, reuse_why = _off_policy(catalog) if single else (False, "")
     b = _Builder(catalog)
 
     # 1) algorithms by declared regime
@@ -203,7 +204,8 @@ def design_rules(catalog: Catalog, project: ProjectConfig) -> RecipeSpace:
                 taken.add(k["name"])
 
     # 5) self-distillation: only with held-out benchmarks, only on budgets that afford a low-prior dimension
-    if catalog.has_heldout and (catalog.budget.get("trials") or 0) >= LOW_PRIOR_TRIALS:
+    # (single-turn only: the multi-turn trainer has no distillation)
+    if single and catalog.has_heldout and (catalog.budget.get("trials") or 0) >= LOW_PRIOR_TRIALS:
         b.add("distill.weight", "float", "self-distillation share; its gains often fail to generalize, so the "
               "held-out benchmarks decide (train/held-out gap recorded)", 0.0, 0.5, algos=algos)
 
