@@ -222,10 +222,15 @@ class Ledger:
 
     def progress(self, trial: optuna.Trial, curve: list[dict[str, float]],
                  so_far: dict[str, float] | None = None) -> None:
-        """A running trial's learning curve and its cost so far (what the budget counts while it runs)."""
-        trial.set_user_attr("curve", curve)
-        if so_far is not None:
-            trial.set_user_attr("so_far", so_far)
+        """A running trial's learning curve and its cost so far (what the budget counts while it runs).
+        A trial that another worker has meanwhile marked interrupted (this worker was suspended past
+        the heartbeat grace) keeps training: its result is recorded as a new trial (`_close`)."""
+        try:
+            trial.set_user_attr("curve", curve)
+            if so_far is not None:
+                trial.set_user_attr("so_far", so_far)
+        except UpdateFinishedTrialError:
+            pass
 
     def finish(self, trial: optuna.Trial, scores: dict[str, float], cost: dict[str, float],
                curve: list[dict[str, float]], metrics: dict[str, float] | None = None) -> None:
@@ -242,7 +247,10 @@ class Ledger:
         """Results measured at `fraction` of the trial's steps (benchmark subsets, cost so far)."""
         inter = dict(self.storage.get_trial(trial._trial_id).user_attrs.get("intermediate", {}))
         inter[f"{fraction:.3f}"] = values
-        trial.set_user_attr("intermediate", inter)
+        try:
+            trial.set_user_attr("intermediate", inter)
+        except UpdateFinishedTrialError:  # marked interrupted meanwhile (see `progress`): train on
+            pass
 
     def end_early(self, trial: optuna.Trial, state: str, scores: dict[str, float], cost: dict[str, float],
                   curve: list[dict[str, float]], message: str = "") -> None:

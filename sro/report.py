@@ -62,7 +62,8 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
     fig = go.Figure()
     if done:
         pts = np.array([[r.value(x_key), r.value(y_key)] for r in done])
-        front = pareto_mask(pts, [True, y_key != "cost"])
+        maximize = dict((k, d == "max") for k, d in objectives)
+        front = pareto_mask(pts, [maximize[x_key], maximize[y_key]])  # a `min` benchmark (ECE) is minimized
         costs = [r.cost.get("wall_s", 0.0) for r in done]
         fig.add_trace(go.Scatter(
             x=pts[:, 0], y=pts[:, 1], mode="markers", name="trials",

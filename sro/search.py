@@ -105,13 +105,13 @@ def _progress(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console)
 
 
-def _retry(records: list[TrialRecord]) -> Recipe | None:
+def _retry(records: list[TrialRecord], space: RecipeSpace) -> Recipe | None:
     """The oldest recipe to run again before proposing: one whose worker died mid-trial (`interrupted`)
-    or whose training the wall-clock budget cut short (`stopped`), unless the study has finished or is
-    running the same recipe (another worker took it up)."""
+    or whose training the budget cut short (`stopped`), unless the study has finished or is running the
+    same recipe (another worker took it up), or the search space has since been redesigned without it."""
     taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
-    return next((r.recipe for r in records if r.state in ("interrupted", "stopped") and r.recipe.key not in taken),
-                None)
+    return next((r.recipe for r in records if r.state in ("interrupted", "stopped") and r.recipe.key not in taken
+                 and fits(space, r.recipe)), None)
 
 
 SHARED_CHECK_S = 10.0
@@ -156,14 +156,20 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
         on_gpu = ctx.project.runtime.device != "cpu" and torch.cuda.is_available()  # as the trainer picks it
         t_start = last_write = time.monotonic()
 
+        def cost_so_far() -> dict[str, float]:
+            """What the trial has used until now (a pruned or failed trial's recorded cost too)."""
+            wall = time.monotonic() - t_start
+            tokens = next((float(m["tokens"]) for m in reversed(curve) if "tokens" in m), 0.0)
+            return {"wall_s": round(wall, 2), "tokens": tokens, "gpu_h": wall / 3600 if on_gpu else 0.0}
+
         def on_step(step: int, m: dict[str, float]) -> bool:
             nonlocal last_write, stop
             curve.append(m)
-            progress.update(step_task, completed=step, info=f"reward {m['reward']:.3f}")
+            progress.update(step_task, completed=step, info=f"reward {m.get('reward', float('nan')):.3f}")
             now = time.monotonic()
             if step % 5 == 0 or now - last_write >= SHARED_CHECK_S:
-                ledger.progress(trial, curve, {"gpu_h": (now - t_start) / 3600 if on_gpu else 0.0,
-                                               "tokens": float(m.get("tokens", 0.0))})
+                so_far = cost_so_far()
+                ledger.progress(trial, curve, {k: so_far[k] for k in ("gpu_h", "tokens")})
                 last_write = now
             stop = budget_spent() or ""
             return bool(stop)
@@ -191,8 +197,8 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                                    "kept, rerun the same command to resume")
             raise
         except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
-            cost = pruned_cost({"wall_s": round(time.monotonic() - t_start, 2),
-                                "samples": float(curve[-1].get("samples", 0)) if curve else 0.0}, e.step, steps)
+            cost = pruned_cost({**cost_so_far(), "samples": float(curve[-1].get("samples", 0)) if curve else 0.0},
+                               e.step, steps)
             ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
                              str(e))
             progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "
@@ -202,8 +208,7 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
             progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
         except (TrialFailed, ValueError, RuntimeError) as e:
             msg = f"{type(e).__name__}: {e}"
-            ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3),
-                        {"wall_s": time.monotonic() - t_start}, curve)
+            ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3), cost_so_far(), curve)
             progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
     finally:
         exc = sys.exc_info()[1]
@@ -226,7 +231,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     done = [r for r in history if r.finished]
     if done:
         console.print(f"resuming {run_dir}: {len(done)} finished trial(s) kept, none will be repeated")
-    reason = budget.exhausted(ledger.spent())
+    reason = budget.exhausted(ledger.spent().finished_only())  # others' running trials: the loop waits on them
     if reason:
         console.print(f"budget {budget} already spent ({reason}); raise --budget to search further")
         return SearchSummary(run_dir, ledger.get("base_scores", {}), history, reason)
@@ -290,7 +295,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             waiting = False
             if reason:
                 break
-            recipe: Recipe | None = _retry(records)
+            recipe: Recipe | None = _retry(records, space)
             if recipe is None:
                 # trials of earlier space versions stay in the evidence when they fit this one
                 proposed = proposer.propose([r for r in records if fits(space, r.recipe)], 1)

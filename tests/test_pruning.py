@@ -178,6 +178,7 @@ def test_search_prunes_keeps_partial_results_and_reports_savings(micro_project, 
     assert set(first.intermediate) == {"0.333", "0.667"}  # evaluated at both checkpoints, went on
     assert set(pruned.intermediate) == {"0.333"} and pruned.cost["saved_steps"] >= 3
     assert set(pruned.scores) == {"arithmetic/add"} and len(pruned.curve) == 2  # stopped at step 2 of 6-7
+    assert pruned.cost["tokens"] == pruned.curve[-1]["tokens"] > 0  # what it trained counts against a token budget
     assert len({r.recipe.key for r in summary.trials}) == 2
     hv = Ledger(project, runs / "pr").get("hypervolume")
     assert hv["trials"] == [0] and len(hv["hypervolume"]) == 1 and hv["hypervolume"][0] > 0

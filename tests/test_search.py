@@ -152,7 +152,10 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     assert b.records()[0].worker == f"{socket.gethostname()}:{os.getpid()}"  # `sro show` prints it
     assert "no heartbeat from elsewhere" in b.records()[1].message
     assert b.spent().running == 1
-    a.finish(lost, {"arithmetic/add": 0.25}, {"wall_s": 2.0}, [])  # the suspended worker wakes up
+    a.progress(lost, [{"reward": 0.5}], {"tokens": 10.0})  # the suspended worker wakes up mid-training:
+    a.report_intermediate(lost, 0.5, {"arithmetic/add": 0.2})  # it trains on (no error, nothing written)
+    assert b.records()[1].curve == []
+    a.finish(lost, {"arithmetic/add": 0.25}, {"wall_s": 2.0}, [])  # and records its result
     a.finish(live, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
     recs = b.records()
     assert [(r.number, r.state) for r in recs] == [(0, "complete"), (1, "interrupted"), (2, "complete")]
@@ -185,6 +188,21 @@ def test_workers_share_the_later_of_the_study_space_and_their_own(micro_project,
     assert ledger.shared_space().version == 2
     again = load_space(project, a_dir, Console(), ledger=ledger)  # a's folder still holds v1: v2 wins
     assert again.version == 2 and RecipeSpace.from_yaml((a_dir / "space.yaml").read_text()).version == 2
+
+
+def test_a_retry_must_fit_the_current_space():
+    """An interrupted or budget-stopped recipe is run again first, unless a redesign has since left it
+    outside the space (training it would fail on Optuna's distributions, on every resume)."""
+    from sro.ledger import TrialRecord
+    from sro.search import _retry
+
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    narrowed = RecipeSpace.from_yaml(SMALL_SPACE.replace("high: 0.003", "high: 0.0015").replace("version: 1", "version: 2"))
+    inside, outside = (Recipe({**v, "lr": lr}, dict(space.fixed)) for v, lr in zip(space.sobol(2, seed=0), (0.0012, 0.0025)))
+    recs = [TrialRecord(0, "stopped", outside), TrialRecord(1, "interrupted", inside)]
+    assert _retry(recs, space).key == outside.key  # the oldest first
+    assert _retry(recs, narrowed).key == inside.key
+    assert _retry(recs[:1], narrowed) is None
 
 
 def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path, shared_storage):
@@ -341,3 +359,17 @@ def test_two_workers_share_one_study(micro_project, tmp_path, shared_storage):
         assert set(t.params) <= {p.name for p in RecipeSpace.from_yaml(SMALL_SPACE).params}
         by_pid.setdefault(t.user_attrs["pid"], []).append(t.number)
     assert len(by_pid) == 2, by_pid  # both workers trained
+
+
+def test_report_front_plot_follows_each_objectives_direction():
+    """The report's front plot minimizes a `min` benchmark (ECE) as the table's front does; it used to
+    maximize every benchmark and drew a dominated trial on the front."""
+    from sro.ledger import TrialRecord
+    from sro.pareto import front_numbers
+    from sro.report import front_figure
+
+    objs = [("cal/ece", "min"), ("cal/acc", "max")]
+    recs = [TrialRecord(0, "complete", Recipe({"lr": 1.0}, {}), {"cal/ece": 0.05, "cal/acc": 0.9}),
+            TrialRecord(1, "complete", Recipe({"lr": 2.0}, {}), {"cal/ece": 0.40, "cal/acc": 0.5})]
+    line = next(t for t in front_figure(recs, objs, {}).data if t.name == "Pareto front")
+    assert front_numbers(recs, objs) == {0} and list(zip(line.x, line.y)) == [(0.05, 0.9)]

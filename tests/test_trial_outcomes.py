@@ -45,6 +45,24 @@ def test_collapsed_trials_are_recorded_with_their_samples(micro_project, tmp_pat
     assert summary.stop_reason  # the budget counted them: the search ended normally
 
 
+def test_a_step_that_failed_on_non_finite_values_is_a_collapse_not_a_crash(micro_project, tmp_path, monkeypatch):
+    """The trainer reports a step that failed on NaN/inf with no reward (`trainers/grpo.py`); the
+    search's progress callback read `m['reward']`, so before stop 20 the search stopped with a
+    KeyError, marked the trial interrupted and hit the same error on every resume."""
+    import sro.search as search_mod
+    from sro.executor import TrialCollapsed
+
+    def nan_step(recipe, ctx, max_seconds=None, on_step=None, on_checkpoint=None):
+        on_step(1, {"step": 1, "collapsed": 1.0, "samples": 16.0})
+        raise TrialCollapsed("the step failed on non-finite values: probability tensor contains nan",
+                             {"wall_s": 0.1, "samples": 16.0}, [{"step": 1, "collapsed": 1.0, "samples": 16.0}])
+
+    monkeypatch.setattr(search_mod, "run_trial", nan_step)
+    summary = _search(micro_project, tmp_path, "nan", "seed: 1")
+    assert [t.state for t in summary.trials] == ["collapsed", "collapsed"]
+    assert "non-finite values" in summary.trials[0].message
+
+
 @pytest.mark.slow
 def test_sft_then_rl_recipe_reports_its_stage(micro_project, tmp_path):
     summary = _search(micro_project, tmp_path, "sft", "'sft.steps': 3, 'sft.batch_size': 4")
