@@ -30,8 +30,10 @@ class Recipe:
 
     @property
     def key(self) -> str:
-        """A short content hash: two trials with the same key ran the same recipe."""
-        blob = json.dumps({"v": _canon(self.values), "f": _canon(self.fixed)}, sort_keys=True, default=str)
+        """A short content hash of the settings that train (values and fixed merged): two trials with
+        the same key ran the same recipe, also across a redesign that moved a searched parameter into
+        `fixed` at the value an earlier trial had."""
+        blob = json.dumps(_canon({**self.fixed, **self.values}), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
     def get(self, name: str, default: Any = None) -> Any:

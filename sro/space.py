@@ -34,6 +34,17 @@ class Param:
     def __post_init__(self) -> None:
         where = f"parameter {self.name!r}"
         if self.kind in ("float", "int"):
+            for end in ("low", "high"):  # YAML reads `1e-5` (no dot) as text: take any number it spells
+                v = getattr(self, end)
+                if v is None or isinstance(v, bool):
+                    continue
+                try:
+                    x = float(v)
+                except (TypeError, ValueError):
+                    raise SpaceError(f"{where}: {end} must be a number (got {v!r})") from None
+                if self.kind == "int" and not x.is_integer():
+                    raise SpaceError(f"{where}: an int parameter needs whole bounds (got {end} {v!r})")
+                setattr(self, end, int(x) if self.kind == "int" else x)
             if self.low is None or self.high is None or not self.low <= self.high:
                 raise SpaceError(f"{where}: needs low <= high (got {self.low}, {self.high})")
             if self.log and self.low <= 0:
@@ -97,7 +108,7 @@ class Simplex:
     def from_unit(self, us: np.ndarray) -> dict[str, float]:
         # −log(u) of uniforms normalized is a uniform draw on the simplex (Dirichlet(1,…,1))
         e = -np.log(np.clip(us, 1e-9, 1.0))
-        w = e / e.sum()
+        w = e / e.sum() if e.sum() > 0 else np.full(len(self.members), 1.0 / len(self.members))  # the all-ones corner
         return {m: round(float(x), 6) for m, x in zip(self.members, w)}
 
     def to_unit(self, weights: dict[str, float]) -> list[float]:
@@ -123,6 +134,33 @@ class RecipeSpace:
             for parent in (p.condition or {}):
                 if parent not in known:
                     raise SpaceError(f"parameter {p.name!r}: condition names unknown parent {parent!r}")
+        for s in self.simplexes:
+            if not s.members:
+                raise SpaceError(f"simplex {s.name!r} has no members")
+        self.params = _parents_first(self.params)
+
+    def canonical(self, values: dict[str, Any]) -> dict[str, Any]:
+        """`values` as this space's recipes hold them: only the parameters active given their parents,
+        each number cast to its parameter's kind (an int's 3.0 is 3, a float's 0 is 0.0, a bool's 1 is
+        True), and the simplex weights; other keys are dropped. Raises `SpaceError` when the result is
+        outside the space. Recipes from outside the optimizer (an LLM's candidates) go through this,
+        so that the same recipe gets the same `Recipe.key` and encoding."""
+        out: dict[str, Any] = {}
+        for p in self.params:  # parents first
+            if p.name not in values or not self.is_active(p, out):
+                continue
+            v = values[p.name]
+            if p.kind == "int" and isinstance(v, float) and v.is_integer():
+                v = int(v)
+            elif p.kind == "float" and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+            elif p.kind == "bool" and not isinstance(v, bool) and v in (0, 1):
+                v = bool(v)
+            out[p.name] = v
+        for s in self.simplexes:
+            out.update({m: values[m] for m in s.members if m in values})
+        self.validate(out)
+        return out
 
     # --- geometry -------------------------------------------------------------------------------
     @property
@@ -197,7 +235,8 @@ class RecipeSpace:
                 raise SpaceError(f"{p.name}={values[p.name]!r} is outside {rng}")
         for s in self.simplexes:
             w = [values.get(m) for m in s.members]
-            if any(x is None or x < 0 for x in w) or abs(sum(w) - 1) > 1e-3:  # type: ignore[operator]
+            numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w)
+            if not numeric or any(x < 0 for x in w) or abs(sum(w) - 1) > 1e-3:  # type: ignore[operator]
                 raise SpaceError(f"{s.name}: weights {dict(zip(s.members, w))} must be >= 0 and sum to 1")
 
     # --- YAML -----------------------------------------------------------------------------------
@@ -243,3 +282,30 @@ class RecipeSpace:
     @classmethod
     def from_yaml(cls, text: str) -> RecipeSpace:
         return cls.from_dict(yaml.safe_load(text) or {})
+
+
+def _parents_first(params: list[Param]) -> list[Param]:
+    """`params` in their order, except that each parameter comes after the parents its condition names
+    (decoding and sampling decide a child's activity from the parents already decoded); a cycle of
+    conditions is an error."""
+    by_name = {p.name: p for p in params}
+    out: list[Param] = []
+    placed: set[str] = set()
+    visiting: list[str] = []
+
+    def place(p: Param) -> None:
+        if p.name in placed:
+            return
+        if p.name in visiting:
+            cycle = " -> ".join(visiting[visiting.index(p.name):] + [p.name])
+            raise SpaceError(f"the conditions form a cycle: {cycle}; a parameter cannot depend on itself")
+        visiting.append(p.name)
+        for parent in p.condition or {}:
+            place(by_name[parent])
+        visiting.pop()
+        placed.add(p.name)
+        out.append(p)
+
+    for p in params:
+        place(p)
+    return out

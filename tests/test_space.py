@@ -89,3 +89,65 @@ def test_sobol_proposer_never_repeats_history():
     hist = [TrialRecord(i, "complete", r) for i, r in enumerate(first)]
     later = prop.propose(hist, 3)
     assert not ({r.key for r in first} & {r.key for r in later})
+
+
+def test_a_child_listed_before_its_parent_is_decoded_after_it():
+    """A hand-edited or LLM-written space may list a conditional parameter before its parent: the space
+    orders parents first, so sampling and decoding see the parent (before, half the Sobol rows of this
+    space were invalid and `beta` was never active)."""
+    space = RecipeSpace([Param("beta", "float", 0.0, 1.0, condition={"algo": ["dpo"]}),
+                         Param("algo", "categorical", choices=["sft", "dpo"])])
+    assert [p.name for p in space.params] == ["algo", "beta"]
+    rows = space.sobol(8, seed=0)
+    assert all(space.admits(r) for r in rows) and any("beta" in r for r in rows)
+    assert space.from_unit(space.to_unit({"algo": "dpo", "beta": 0.3})) == pytest.approx({"algo": "dpo", "beta": 0.3})
+    with pytest.raises(SpaceError, match="the conditions form a cycle: a -> b -> a"):
+        RecipeSpace([Param("a", "bool", condition={"b": [True]}), Param("b", "bool", condition={"a": [True]})])
+
+
+def test_simplex_weights_must_be_finite_numbers_and_every_corner_decodes():
+    space = RecipeSpace([Param("x", "float", 0.0, 1.0)], [Simplex("mix", ["mix.p", "mix.q"])])
+    with pytest.raises(SpaceError, match="must be >= 0 and sum to 1"):
+        space.validate({"x": 0.5, "mix.p": float("nan"), "mix.q": 1.0})  # NaN passed both comparisons before
+    with pytest.raises(SpaceError, match="must be >= 0 and sum to 1"):
+        space.validate({"x": 0.5, "mix.p": "0.5", "mix.q": 0.5})
+    assert space.from_unit(np.ones(3)) == {"x": 1.0, "mix.p": 0.5, "mix.q": 0.5}  # was NaN weights
+
+
+def test_canonical_values_give_the_same_key_and_drop_inactive_parameters():
+    """What an LLM candidate looks like (every parameter set, numbers of any type) and what the
+    study ran are the same recipe once canonical: same key, same values."""
+    space = RecipeSpace([Param("algo", "categorical", choices=["sft", "dpo"]),
+                         Param("beta", "float", 0.0, 1.0, condition={"algo": ["dpo"]}),
+                         Param("steps", "int", 1, 9), Param("wd", "float", 0.0, 0.1), Param("pack", "bool")])
+    ran = {"algo": "sft", "steps": 3, "wd": 0.0, "pack": True}
+    llm = {"algo": "sft", "beta": 0.77, "steps": 3.0, "wd": 0, "pack": 1, "unknown": 5}
+    assert space.canonical(llm) == ran
+    assert type(space.canonical(llm)["steps"]) is int and type(space.canonical(llm)["wd"]) is float
+    assert Recipe(space.canonical(llm)).key == Recipe(ran).key
+    with pytest.raises(SpaceError, match="steps=3.5 is outside"):
+        space.canonical({**ran, "steps": 3.5})
+
+
+def test_a_recipe_key_is_the_settings_that_train():
+    """A redesign may move a searched parameter into `fixed` at the value an earlier trial ran: the
+    same settings are the same recipe, so it is not proposed again."""
+    assert Recipe({"a": 1, "b": "y"}, {"c": 2}).key == Recipe({"a": 1}, {"b": "y", "c": 2}).key
+    assert Recipe({"a": 1, "b": "y"}).key != Recipe({"a": 1}, {"b": "z"}).key
+    v2 = RecipeSpace([Param("a", "categorical", choices=["a", "b", "c"])], fixed={"b": "y"}, version=2)
+    ran = [TrialRecord(i, "complete", Recipe({"a": a, "b": "y"})) for i, a in enumerate("abc")]
+    assert SobolProposer(v2, seed=0).propose(ran, 3) == []  # every recipe of v2 has run (it proposed all 3 before)
+
+
+def test_yaml_bounds_written_without_a_dot_are_numbers():
+    """PyYAML reads `1e-5` as text; the space takes the number it spells (before: a crash in sampling,
+    or a wrong 'needs low <= high' error)."""
+    space = RecipeSpace.from_yaml("params:\n  lr: {kind: float, low: 1e-5, high: 1e-3, log: true}\n"
+                                  "  n: {kind: int, low: '2', high: 8.0}\n")
+    assert (space.param("lr").low, space.param("lr").high) == (1e-5, 1e-3)
+    assert (space.param("n").low, space.param("n").high) == (2, 8) and type(space.param("n").high) is int
+    assert all(space.admits(r) for r in space.sobol(4, seed=0))
+    with pytest.raises(SpaceError, match="low must be a number"):
+        RecipeSpace.from_yaml("params:\n  lr: {kind: float, low: small, high: 1e-3}\n")
+    with pytest.raises(SpaceError, match="needs whole bounds"):
+        RecipeSpace.from_yaml("params:\n  n: {kind: int, low: 1.5, high: 8}\n")

@@ -325,9 +325,8 @@ class BoTorchProposer:
         out, keys = [], set(seen)
         for i, item in enumerate(proposed):
             values = dict(item.values if isinstance(item, Recipe) else item)
-            try:
-                self.space.validate(values)
-                values = {k: v for k, v in values.items() if k in self._names}
+            try:  # only the active parameters, each of its own type: the same recipe has the same key
+                values = self.space.canonical(values)
                 self.encoder.encode(values)
             except (SpaceError, TypeError, ValueError) as e:
                 warnings.warn(f"BoTorchProposer: extra candidate {i} skipped: {e}", stacklevel=3)
