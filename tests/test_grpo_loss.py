@@ -99,3 +99,24 @@ def test_registry_refuses_duplicates_and_lists_names():
         ADVANTAGES.add("group", lambda r, g: r)
     with pytest.raises(KeyError, match="known: batch, group, none"):
         ADVANTAGES.get("grup")
+
+
+def test_log_probs_are_those_of_the_sampling_temperature():
+    """At rollout temperature T the sampler draws from softmax(logits / T); the trainers' log-probs are
+    of that distribution (hand-computed on a fixed logit table), and T = 1 is the plain softmax."""
+    from trainers.rollout import completion_logprobs
+
+    table = torch.tensor([[2.0, 0.0, -1.0], [0.5, 1.5, 0.0], [0.0, 0.0, 3.0]])
+
+    class Fixed(torch.nn.Module):  # next-token logits depend only on the current token
+        def forward(self, input_ids, attention_mask=None, position_ids=None, use_cache=False):
+            return type("Out", (), {"logits": table[input_ids]})()
+
+    ids = torch.tensor([[0, 1, 2]])  # prompt [0], completion [1, 2]
+    att = torch.ones_like(ids)
+    for T in (1.0, 0.5, 2.0):
+        got, _ = completion_logprobs(Fixed(), ids, att, prompt_len=1, temperature=T)
+        want = [torch.log_softmax(table[0] / T, -1)[1], torch.log_softmax(table[1] / T, -1)[2]]
+        assert got[0].tolist() == pytest.approx([float(w) for w in want], abs=1e-6)
+    at_half = completion_logprobs(Fixed(), ids, att, prompt_len=1, temperature=0.5)[0][0, 0]
+    assert float(at_half) == pytest.approx(2 * 0.0 - math.log(math.exp(4.0) + math.exp(0.0) + math.exp(-2.0)), abs=1e-6)

@@ -103,15 +103,17 @@ def sibling_context(questions: list[str], answers: list[str], texts: list[str], 
     return prefixes, torch.tensor(use)
 
 
-def teacher_log_dist(teacher, tok, ro: Rollouts, prefixes: list[str], prompts: list[str]) -> torch.Tensor:
-    """The teacher's (N, C, V) log-probs on the student's completion tokens, given prefix + prompt."""
+def teacher_log_dist(teacher, tok, ro: Rollouts, prefixes: list[str], prompts: list[str],
+                     temperature: float = 1.0) -> torch.Tensor:
+    """The teacher's (N, C, V) log-probs on the student's completion tokens, given prefix + prompt (at
+    the rollout temperature, as the student's)."""
     dev = ro.input_ids.device
     enc = tok([p + q for p, q in zip(prefixes, prompts)], return_tensors="pt", padding=True,
               add_special_tokens=False).to(dev)
     ids = torch.cat([enc["input_ids"], ro.completion_ids], dim=1)
     att = torch.cat([enc["attention_mask"], ro.completion_mask.to(enc["attention_mask"].dtype)], dim=1)
     with torch.no_grad():
-        return completion_log_dist(teacher, ids, att, enc["input_ids"].shape[1])
+        return completion_log_dist(teacher, ids, att, enc["input_ids"].shape[1], temperature)
 
 
 def grad_cosine(a: list[torch.Tensor | None], b: list[torch.Tensor | None]) -> float:

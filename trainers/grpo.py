@@ -233,7 +233,8 @@ class GRPOTrainer:
             b.rounds, b.kept = rounds, have / P
         if self._needs_behaviour_logp():
             with torch.no_grad():
-                b.behav = completion_logprobs(self.model, b.ro.input_ids, b.ro.attention_mask, b.ro.prompt_len)[0]
+                b.behav = completion_logprobs(self.model, b.ro.input_ids, b.ro.attention_mask, b.ro.prompt_len,
+                                              temperature=cfg.temperature)[0]
         return b
 
     def _next_batch(self) -> Batch:
@@ -258,18 +259,19 @@ class GRPOTrainer:
         if cfg.mask_truncated:
             mask = mask * (~ro.truncated).float().unsqueeze(-1)
         distilling = d.weight > 0
+        T = cfg.temperature  # log-probs of the distribution the rollouts were sampled from
         with torch.no_grad():
             # π_prox: the policy as this update begins (snapshot) or the EWMA of its weights (§3)
             prox = (completion_logprobs(self.prox_model or self.model, ro.input_ids, ro.attention_mask,
-                                        ro.prompt_len)[0]
+                                        ro.prompt_len, temperature=T)[0]
                     if b.behav is not None or cfg.policy_loss == "proximal_kl" else None)
-            ref_logp = (completion_logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.prompt_len)[0]
+            ref_logp = (completion_logprobs(self.ref, ro.input_ids, ro.attention_mask, ro.prompt_len, temperature=T)[0]
                         if self.ref is not None else None)
             if distilling:
                 prefixes, use = CONTEXTS.get(d.context)([it.question for _, it in b.items],
                                                         [it.answer for _, it in b.items], ro.texts, b.rewards,
                                                         cfg.group_size, self.tok)
-                t_dist = teacher_log_dist(self.teacher or self.model, self.tok, ro, prefixes, b.prompts)
+                t_dist = teacher_log_dist(self.teacher or self.model, self.tok, ro, prefixes, b.prompts, T)
                 d_mask = mask * use.to(dev).unsqueeze(-1)
         aggregate = AGGREGATIONS.get(cfg.aggregation)
         policy_loss = POLICY_LOSSES.get(cfg.policy_loss)
@@ -283,7 +285,7 @@ class GRPOTrainer:
         n_updates = 0
         for _ in range(cfg.num_iterations):
             for idx in torch.tensor_split(torch.randperm(N), cfg.minibatches):  # exactly `minibatches` parts
-                s_dist = completion_log_dist(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len)
+                s_dist = completion_log_dist(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len, T)
                 tokens = ro.completion_ids[idx]
                 logp = s_dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (n, C)
                 ent = -(s_dist.exp() * s_dist).sum(-1).detach()

@@ -385,13 +385,13 @@ class MultiTurnTrainer:
         ids, att, mask, L = pack(self.tok, prompts, comps, dev)
         adv = torch.tensor(advs, device=dev).unsqueeze(-1).expand_as(mask)  # (N, C)
         self.model.train()
-        logp, _ = completion_logprobs(self.model, ids, att, L)  # (N, C)
+        logp, _ = completion_logprobs(self.model, ids, att, L, temperature=c.temperature)  # (N, C), π_T as sampled
         old = logp.detach()  # one pass over fresh rollouts: μ = π_prox = π_θ, r ≡ 1
         tok_loss = POLICY_LOSSES.get(c.policy_loss)(LossInputs(logp, old, old, adv, mask),
                                                    eps_low=c.eps_low, eps_high=c.eps_high, prox=c.prox)
         if self.ref is not None:  # β·k3 KL to the frozen base, per action token (§1)
             with torch.no_grad():
-                ref_logp, _ = completion_logprobs(self.ref, ids, att, L)
+                ref_logp, _ = completion_logprobs(self.ref, ids, att, L, temperature=c.temperature)
             kl = k3_kl(logp, ref_logp)
             tok_loss = tok_loss + c.beta * kl
             self.last_kl = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))

@@ -84,17 +84,21 @@ def generate(model, tokenizer, prompts: list[str], group_size: int = 1, temperat
 
 
 def completion_log_dist(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                        prompt_len: int) -> torch.Tensor:
-    """log π(· | y_<t) over the vocabulary at every completion position: (N, C, V), float32."""
+                        prompt_len: int, temperature: float = 1.0) -> torch.Tensor:
+    """log π_T(· | y_<t) over the vocabulary at every completion position: (N, C, V), float32. π_T is
+    the softmax of logits / T, the distribution `generate` samples at temperature T: the trainers pass
+    the rollout temperature, so the likelihood ratios and the policy gradient are those of the policy
+    that sampled (as TRL does; at T = 1 it is π itself)."""
     logits = model(input_ids=input_ids, attention_mask=attention_mask,
                    position_ids=position_ids(attention_mask), use_cache=False).logits  # (N, L+C, V)
-    return torch.log_softmax(logits[:, prompt_len - 1 : -1, :].float(), dim=-1)  # predicts the completion
+    logits = logits[:, prompt_len - 1 : -1, :].float()  # predicts the completion
+    return torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
 
 
 def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
-                        with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log π(y_t | y_<t) for every completion token: (N, C); optionally the entropy per token (N, C)."""
-    logp = completion_log_dist(model, input_ids, attention_mask, prompt_len)
+                        with_entropy: bool = False, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log π_T(y_t | y_<t) for every completion token: (N, C); optionally the entropy per token (N, C)."""
+    logp = completion_log_dist(model, input_ids, attention_mask, prompt_len, temperature)
     tok_logp = logp.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
     ent = -(logp.exp() * logp).sum(-1) if with_entropy else None
     return tok_logp, ent

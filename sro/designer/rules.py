@@ -182,7 +182,7 @@ def design_rules(catalog: Catalog, project: ProjectConfig) -> RecipeSpace:
                   when={"algorithm": clip_algos} if len(algos) > 1 else None)
     else:
         b.fixed.update(num_iterations=1, minibatches=1)
-    b.fixed["temperature"] = 1.0  # sampling at T≠1 makes the ratio's π differ from the sampler
+    b.fixed["temperature"] = 1.0  # the policy evaluated greedily is π itself: train the distribution it samples
     long_budget = (catalog.budget.get("trials") or 0) >= LOW_PRIOR_TRIALS
     if not (long_budget and b.add("beta", "float", "k3 KL to the base: worth a reference copy on a long budget",
                                   0.0, 0.05, algos=algos)):
