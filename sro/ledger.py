@@ -74,6 +74,10 @@ class TrialRecord:
         return self.state == "complete" and beats_base(self.scores, base, lower)
 
 
+WORKER_TIME = "worker_s/"
+"""Study attribute prefix of each worker's own time outside training (`Ledger.add_worker_time`); studies
+from before stop 20 kept the set-up time alone, in `setup_wall_s`."""
+
 STALE_BEATS = 10
 """A running trial whose process has recorded no heartbeat for this many intervals is taken for dead."""
 
@@ -118,6 +122,7 @@ class Ledger:
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
         self.heartbeat_s = int(project.heartbeat_s)
+        self._worker_s = 0.0
         self._beats: dict[int, _Heartbeat] = {}
         self.withdrawal = ""
         """Why the last `start` returned None."""
@@ -156,6 +161,13 @@ class Ledger:
 
     def publish_space(self, space: RecipeSpace) -> None:
         self.put("space", space.to_yaml())
+
+    def add_worker_time(self, seconds: float) -> None:
+        """Count `seconds` of this process's own time (set-up, proposing, recording: everything but
+        training) against the study's wall-clock budget. Each worker keeps its own total under its own
+        key, so workers never overwrite each other's."""
+        self._worker_s += max(0.0, float(seconds))
+        self.put(f"{WORKER_TIME}{socket.gethostname()}:{os.getpid()}", round(self._worker_s, 3))
 
     # --- trials -------------------------------------------------------------------------------
     def recover(self) -> list[Recipe]:
@@ -326,7 +338,8 @@ class Ledger:
         all_recs = self.records() if records is None else records
         recs = [r for r in all_recs if r.state != "running"]
         running = [r for r in all_recs if r.state == "running"]
-        setup = float(self.get("setup_wall_s", 0.0))
+        attrs = self.study.user_attrs
+        setup = float(attrs.get("setup_wall_s", 0.0)) + sum(float(v) for k, v in attrs.items() if k.startswith(WORKER_TIME))
         now = time.time()
         return Spent(wall_s=setup + sum(r.cost.get("wall_s", 0.0) for r in recs),
                      trials=sum(r.finished for r in recs),

@@ -259,7 +259,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         ledger.put("base_scores", base)
         ledger.put("base_path", ctx.base_path)
     ledger.put("overlap", ctx.overlap)
-    ledger.put("setup_wall_s", float(ledger.get("setup_wall_s", 0.0)) + time.monotonic() - t0)
+    ledger.add_worker_time(time.monotonic() - t0)  # the set-up counts against a wall-clock budget
+    mark, training_s = time.monotonic(), 0.0  # and so does the rest of this worker's time but training
     console.print(f"base model held-out: {_fmt_scores(base)}")
     lower = project.lower_is_better()  # benchmarks where beating the base model means scoring below it
     space = load_space(project, run_dir, console, ctx, budget, ledger)
@@ -277,6 +278,10 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     with progress:
         bar = progress.add_task("search", total=1.0, info=str(budget))
         while True:
+            now = time.monotonic()
+            if not waiting:  # designing, proposing, recording since the last pass (a wait spends nothing)
+                ledger.add_worker_time(now - mark - training_s)
+            mark, training_s = now, 0.0
             ledger.recover()  # trials whose worker died (here, or silent on another machine) become retries
             records = ledger.records()
             spent = ledger.spent(records)
@@ -310,7 +315,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             if trial is None:  # another worker on this storage claimed the recipe, or the last trial, first
                 progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {ledger.withdrawal}[/]")
                 continue
+            t_train = time.monotonic()
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
+            training_s = time.monotonic() - t_train  # the trial's own cost covers this
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
             shared = ledger.shared_space()
             if shared is not None and shared.version >= space.version and shared.to_yaml() != space.to_yaml():
@@ -329,6 +336,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 space = redesigned
                 proposer = make_proposer(optimizer, space, project, run_dir)
 
+    ledger.add_worker_time(time.monotonic() - mark - training_s)
     records = ledger.records()
     summary = SearchSummary(run_dir, base, records, reason or "")
     from sro.report import write_report

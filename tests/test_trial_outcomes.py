@@ -101,3 +101,26 @@ def test_trial_cut_by_the_wall_clock_budget_is_kept_apart(micro_project, tmp_pat
     summary = run_search(load_project(micro_project("cut")), Budget.parse("2h,2trials"), runs, "random", Console(quiet=True))
     assert [r.state for r in summary.trials] == ["stopped", "complete"]
     assert summary.trials[1].recipe.key == t.recipe.key and summary.trials[1].scores == {"arithmetic/add": 0.6}
+
+
+@pytest.mark.slow
+def test_a_wall_clock_budget_counts_the_workers_own_time(micro_project, tmp_path):
+    """Trials that fail at once cost almost nothing themselves: the worker's own time (set-up,
+    proposing, recording) counts against the wall-clock budget, so the search still ends on time
+    (before stop 20 it ran on, hundreds of trials past a 20 s budget)."""
+    import time
+
+    from sro.ledger import WORKER_TIME, Ledger
+
+    runs = tmp_path / "runs"
+    (runs / "fast").mkdir(parents=True)
+    (runs / "fast" / "space.yaml").write_text(SPACE.format(fixed="seed: 1").replace("algorithm: grpo", "algorithm: ppo"))
+    project = load_project(micro_project("fast"))
+    t0 = time.monotonic()
+    summary = run_search(project, Budget.parse("12s"), runs, "random", Console(quiet=True))
+    assert "wall time spent" in summary.stop_reason and time.monotonic() - t0 < 60
+    assert summary.trials and all(t.state == "failed" for t in summary.trials)
+    ledger = Ledger(project, runs / "fast")
+    own = [float(v) for k, v in ledger.study.user_attrs.items() if k.startswith(WORKER_TIME)]
+    assert len(own) == 1 and own[0] > sum(t.cost["wall_s"] for t in summary.trials)
+    assert 12 <= ledger.spent().wall_s < 12 + 5
