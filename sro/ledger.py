@@ -16,7 +16,7 @@ import socket
 import threading
 import time
 import warnings
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -212,9 +212,10 @@ class Ledger:
             state=TrialState.RUNNING, params={k: recipe.values[k] for k in dists}, distributions=dists,
             user_attrs={"recipe": recipe.to_dict(), "key": recipe.key, "pid": os.getpid(),
                         "host": socket.gethostname(), "space_version": space.version, "started": time.time()})
-        trial = optuna.Trial(self.study, self.storage.create_new_trial(self.study._study_id, template_trial=frozen))
+        trial = optuna.Trial(self.study, _again(lambda: self.storage.create_new_trial(self.study._study_id,
+                                                                                    template_trial=frozen)))
         # the first beat at once: a trial without any heartbeat is never taken for dead by Optuna
-        self.storage.record_heartbeat(trial._trial_id)
+        _again(lambda: self.storage.record_heartbeat(trial._trial_id))
         earlier = [r for r in self.records() if r.number < trial.number]
         # an interrupted or budget-stopped record of the recipe is what a retry reruns: not a claim
         rival = next((r.number for r in earlier if r.recipe.key == recipe.key
@@ -243,6 +244,8 @@ class Ledger:
                 trial.set_user_attr("so_far", so_far)
         except UpdateFinishedTrialError:
             pass
+        except STORAGE_BUSY as e:  # the next progress record comes in seconds; the trial goes on
+            _log.warning("progress of trial %s not recorded: %s", trial.number, e)
 
     def finish(self, trial: optuna.Trial, scores: dict[str, float], cost: dict[str, float],
                curve: list[dict[str, float]], metrics: dict[str, float] | None = None) -> None:
@@ -260,7 +263,7 @@ class Ledger:
         inter = dict(self.storage.get_trial(trial._trial_id).user_attrs.get("intermediate", {}))
         inter[f"{fraction:.3f}"] = values
         try:
-            trial.set_user_attr("intermediate", inter)
+            _again(lambda: trial.set_user_attr("intermediate", inter))
         except UpdateFinishedTrialError:  # marked interrupted meanwhile (see `progress`): train on
             pass
 
@@ -301,9 +304,9 @@ class Ledger:
         self._stop_heartbeat(trial)
         try:
             for k, v in attrs.items():
-                trial.set_user_attr(k, v)
+                _again(lambda k=k, v=v: trial.set_user_attr(k, v))
             # values given: Optuna decides (COMPLETE, or FAIL with a warning for nan values)
-            self.study.tell(trial, values, state=None if values is not None else state)
+            _again(lambda: self.study.tell(trial, values, state=None if values is not None else state))
         except (UpdateFinishedTrialError, ValueError):
             old = self.storage.get_trial(trial._trial_id)
             if not old.state.is_finished():
@@ -370,6 +373,23 @@ class _Heartbeat:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+STORAGE_BUSY = (StorageInternalError, sqlalchemy.exc.OperationalError)
+"""What a storage under contention raises for a moment (SQLite's "database is locked", a dropped
+PostgreSQL connection): written again, not a trial's failure."""
+
+
+def _again(write: Callable[[], Any], attempts: int = 5) -> Any:
+    """`write()`, retried with back-off (0.5, 1, 2, 4 s) while the storage is busy; the last error is raised."""
+    for attempt in range(attempts):
+        try:
+            return write()
+        except STORAGE_BUSY as e:
+            if attempt == attempts - 1:
+                raise
+            _log.warning("storage busy (%s); writing again in %.1fs", e, 0.5 * 2**attempt)
+            time.sleep(0.5 * 2**attempt)
 
 
 def _alive(pid: int) -> bool:

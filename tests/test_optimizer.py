@@ -304,6 +304,20 @@ def test_running_trials_of_other_workers_are_pending_points() -> None:
         [*recs, TrialRecord(8, "running", Recipe({"_trial": 8}))], 1)) == 1
 
 
+def test_tpe_sees_other_workers_running_trials_as_running() -> None:
+    """The TPE baseline is seeded with the study's trials: a running one (another worker's) goes in as
+    running, which TPE's constant liar treats as pending; before, it was left out."""
+    space = RecipeSpace([Param("x", "float", 0.0, 1.0)])
+    recs = [TrialRecord(0, "complete", Recipe({"x": 0.2}), {"f": 1.0}), TrialRecord(1, "failed", Recipe({"x": 0.4})),
+            TrialRecord(2, "running", Recipe({"x": 0.6}))]
+    prop = PROPOSERS.get("tpe")(space, seed=0, objectives=[("f", "max")])
+    study = optuna.create_study(direction="maximize")
+    prop._seed_study(study, study.sampler, recs, [("f", "max")])
+    S = optuna.trial.TrialState
+    assert [(t.params["x"], t.state) for t in study.trials] == [(0.2, S.COMPLETE), (0.4, S.FAIL), (0.6, S.RUNNING)]
+    assert len(prop.propose(recs, 2)) == 2
+
+
 def test_saved_hyperparameters_resume_a_proposer_warm(micro_project, tmp_path) -> None:
     """A resumed search's proposer loads the last fit (saved in the study as JSON) and proposes what
     the uninterrupted one would; a state of another space is ignored."""
@@ -534,3 +548,11 @@ def test_bench_quick_smoke() -> None:
     assert r.returncode == 0, r.stderr[-3000:]
     for needle in ("BraninCurrin", "DTLZ2", "recipe", "proposal overhead", "quick smoke run"):
         assert needle in r.stdout, r.stdout[-3000:]
+
+
+def test_a_nan_acquisition_value_is_never_picked() -> None:
+    """torch sorts NaN above every number: a candidate whose acquisition value came out NaN must rank
+    last, not first."""
+    p = BoTorchProposer(RecipeSpace([Param("x", "float", 0.0, 1.0)]), seed=0)
+    vals = p._score(lambda X: torch.tensor([0.3, float("nan"), 0.7])[: len(X)], torch.zeros(3, 1))
+    assert vals.argsort(descending=True).tolist() == [2, 0, 1]

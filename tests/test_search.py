@@ -373,3 +373,31 @@ def test_report_front_plot_follows_each_objectives_direction():
             TrialRecord(1, "complete", Recipe({"lr": 2.0}, {}), {"cal/ece": 0.40, "cal/acc": 0.5})]
     line = next(t for t in front_figure(recs, objs, {}).data if t.name == "Pareto front")
     assert front_numbers(recs, objs) == {0} and list(zip(line.x, line.y)) == [(0.05, 0.9)]
+
+
+def test_a_busy_storage_is_written_again_and_progress_never_fails_a_trial(micro_project, tmp_path, monkeypatch):
+    """A storage under contention raises for a moment (SQLite's "database is locked"): a trial's result
+    is written again after a back-off, and a progress record that fails is skipped (the next comes
+    seconds later), so neither ends the trial or the worker."""
+    import sro.ledger as ledger_mod
+    from optuna.exceptions import StorageInternalError
+
+    monkeypatch.setattr(ledger_mod.time, "sleep", lambda s: None)
+    project = load_project(micro_project("busy"))
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    ledger = Ledger(project, tmp_path / "busy")
+    trial = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
+    real, fails = ledger.storage.set_trial_user_attr, {"left": 2}
+
+    def flaky(*args, **kwargs):
+        if fails["left"]:
+            fails["left"] -= 1
+            raise StorageInternalError("database is locked")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ledger.storage, "set_trial_user_attr", flaky)
+    ledger.progress(trial, [{"reward": 0.5}], {"tokens": 1.0})  # fails once: skipped, no error
+    assert fails["left"] == 1
+    ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])  # fails once more: written again
+    [rec] = ledger.records()
+    assert rec.state == "complete" and rec.scores == {"arithmetic/add": 0.5} and fails["left"] == 0

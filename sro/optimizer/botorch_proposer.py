@@ -473,9 +473,11 @@ class BoTorchProposer:
         return free
 
     def _score(self, acqf: torch.nn.Module, X_pool: torch.Tensor) -> torch.Tensor:
-        """Acquisition value of each candidate alone (q = 1): (P, D) → (P,), in chunks."""
-        return torch.cat([acqf(X_pool[i : i + self.chunk].unsqueeze(1))  # (chunk, 1, D) → (chunk,)
+        """Acquisition value of each candidate alone (q = 1): (P, D) → (P,), in chunks. A NaN value
+        (a numerical failure on one candidate) counts as the worst: a descending sort puts NaN first."""
+        vals = torch.cat([acqf(X_pool[i : i + self.chunk].unsqueeze(1))  # (chunk, 1, D) → (chunk,)
                           for i in range(0, len(X_pool), self.chunk)])
+        return torch.nan_to_num(vals, nan=-float("inf"))
 
 
 def _domination_order(Y: torch.Tensor, keep_first: int = 0) -> torch.Tensor:

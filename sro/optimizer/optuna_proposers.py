@@ -1,8 +1,9 @@
 """Optuna's samplers as SRO proposers, for comparison: "tpe" (TPESampler) and "nsga2" (NSGAIISampler).
 
 Each proposal builds an in-memory Optuna study with the project's objective directions, seeds it with
-the study's trials (complete ones with their objective values, the others as failed, so the sampler
-sees every recipe already run), and asks the sampler for new trials. The recipe space is sampled
+the study's trials (complete ones with their objective values, running ones as running, which TPE's
+constant liar treats as pending, the others as failed, so the sampler sees every recipe already run),
+and asks the sampler for new trials. The recipe space is sampled
 define-by-run: a conditional parameter is suggested only when its condition holds, and a simplex is
 sampled as one uniform weight per member, normalized to sum 1 (the usual way to put a mixture into
 Optuna, which has no simplex distribution). A sampled recipe that the study has already run is
@@ -75,17 +76,16 @@ class OptunaProposer:
         pop = getattr(sampler, "_population_size", None) or 1
         n_complete = 0
         for r in history:
-            if r.state == "running":
-                continue
             values = [r.value(k) for k, _ in objectives]
             complete = r.state == "complete" and all(v == v and abs(v) != float("inf") for v in values)
             attrs = {generation_key: n_complete // pop} if generation_key and complete else {}
+            # other workers' running trials stay running: TPE's constant liar steers away from them
+            state = TrialState.COMPLETE if complete else TrialState.RUNNING if r.state == "running" else TrialState.FAIL
             try:
                 dists = distributions(self.space, r.recipe.values)
                 study.add_trial(create_trial(
                     params={k: r.recipe.values[k] for k in dists}, distributions=dists,
-                    values=values if complete else None, state=TrialState.COMPLETE if complete else TrialState.FAIL,
-                    system_attrs=attrs))
+                    values=values if complete else None, state=state, system_attrs=attrs))
             except (KeyError, ValueError):  # a recipe of another space version: not evidence for this one
                 continue
             n_complete += complete
