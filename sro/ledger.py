@@ -56,7 +56,8 @@ class TrialRecord:
     started: float = 0.0
     """When the trial was claimed (Unix time on its worker's clock; 0 for trials older than this field)."""
     so_far: dict[str, float] = field(default_factory=dict)
-    """A running trial's cost until its last progress record (`Ledger.progress`): gpu_h, tokens."""
+    """A running trial's cost until its last progress record (`Ledger.progress`): wall_s, gpu_h,
+    tokens; an interrupted trial's recorded cost is this."""
 
     @property
     def finished(self) -> bool:
@@ -188,6 +189,8 @@ class Ledger:
             try:
                 self.storage.set_trial_user_attr(t._trial_id, "message", why)
                 self.storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+                # what it used until its last progress record stays spent
+                self.storage.set_trial_user_attr(t._trial_id, "cost", dict(t.user_attrs.get("so_far", {})))
                 self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
             except UpdateFinishedTrialError:  # another worker marked it, or it finished, a moment ago
                 continue
@@ -279,16 +282,20 @@ class Ledger:
         self._close(trial, TrialState.PRUNED, {"end_state": state, "scores": scores, "cost": cost, "curve": curve,
                                                "message": message[:2000]})
 
-    def interrupt(self, trial: optuna.Trial, curve: list[dict[str, float]]) -> None:
-        """A trial stopped by the user: recorded as interrupted so the next search runs it again."""
+    def interrupt(self, trial: optuna.Trial, curve: list[dict[str, float]],
+                  cost: dict[str, float] | None = None) -> None:
+        """A trial stopped by the user: recorded as interrupted so the next search runs it again; the
+        `cost` it used until then stays spent."""
         self._close(trial, TrialState.FAIL, {"message": "interrupted by the user", "interrupted": True,
-                                             "curve": curve})
+                                             "curve": curve, "cost": cost or {}})
 
     def release(self, trial: optuna.Trial, why: str) -> None:
         """After a trial, whatever happened: stop its heartbeat and, if no path above recorded how it
         ended (an unexpected exception), mark it interrupted so that it is run again."""
-        if trial._trial_id in self._beats and not self.storage.get_trial(trial._trial_id).state.is_finished():
-            self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000], "interrupted": True})
+        now = self.storage.get_trial(trial._trial_id)
+        if trial._trial_id in self._beats and not now.state.is_finished():
+            self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000], "interrupted": True,
+                                                 "cost": dict(now.user_attrs.get("so_far", {}))})
         self._stop_heartbeat(trial)
 
     def _stop_heartbeat(self, trial: optuna.Trial) -> None:

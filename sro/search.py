@@ -168,8 +168,7 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
             progress.update(step_task, completed=step, info=f"reward {m.get('reward', float('nan')):.3f}")
             now = time.monotonic()
             if step % 5 == 0 or now - last_write >= SHARED_CHECK_S:
-                so_far = cost_so_far()
-                ledger.progress(trial, curve, {k: so_far[k] for k in ("gpu_h", "tokens")})
+                ledger.progress(trial, curve, cost_so_far())
                 last_write = now
             stop = budget_spent() or ""
             return bool(stop)
@@ -192,7 +191,7 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                 progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                        f"({out.cost['wall_s']:.0f}s) {mark}")
         except KeyboardInterrupt:
-            ledger.interrupt(trial, curve)
+            ledger.interrupt(trial, curve, cost_so_far())
             progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
                                    "kept, rerun the same command to resume")
             raise

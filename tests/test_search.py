@@ -142,6 +142,7 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(2, seed=0)]
     a = Ledger(project, tmp_path / "beat")
     live, lost = a.start(recipes[0], space), a.start(recipes[1], space)
+    a.progress(lost, [{"reward": 0.1}], {"wall_s": 4.0, "tokens": 9.0, "gpu_h": 0.0})  # its last record
     a._beats.pop(lost._trial_id).stop()  # its machine went away
     lost.set_user_attr("host", "elsewhere")  # so the dead-pid check of this host does not apply
     time.sleep(6.5)  # the storage's clock counts whole seconds: 6-7 s of silence, the live trial's at most 2
@@ -151,10 +152,12 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     assert [(r.number, r.state) for r in b.records()] == [(0, "running"), (1, "interrupted")]
     assert b.records()[0].worker == f"{socket.gethostname()}:{os.getpid()}"  # `sro show` prints it
     assert "no heartbeat from elsewhere" in b.records()[1].message
+    assert b.records()[1].cost == {"wall_s": 4.0, "tokens": 9.0, "gpu_h": 0.0}  # what it used stays spent
+    assert b.spent().wall_s == 4.0 and b.spent().tokens == 9.0
     assert b.spent().running == 1
     a.progress(lost, [{"reward": 0.5}], {"tokens": 10.0})  # the suspended worker wakes up mid-training:
     a.report_intermediate(lost, 0.5, {"arithmetic/add": 0.2})  # it trains on (no error, nothing written)
-    assert b.records()[1].curve == []
+    assert b.records()[1].curve == [{"reward": 0.1}]  # its record from before, not overwritten
     a.finish(lost, {"arithmetic/add": 0.25}, {"wall_s": 2.0}, [])  # and records its result
     a.finish(live, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
     recs = b.records()
