@@ -106,12 +106,12 @@ def selective(records: Sequence[ConfidenceRecord], tau: float) -> dict[str, floa
 
 
 def calibration_report(records: Sequence[ConfidenceRecord], tau: float = 0.5,
-                       max_step_index: int = 8) -> dict[str, object]:
-    """Pooled, first-step and per-step AUROC/ECE/Brier, and selective execution at τ."""
+                       max_step_index: int | None = None) -> dict[str, object]:
+    """Pooled, first-step and per-step AUROC/ECE/Brier (every step index the episodes reached, or
+    those below `max_step_index`), and selective execution at τ."""
     per_step = {}
-    for t in range(max_step_index):
-        recs = [r for r in records if r.step == t]
-        if recs:
-            per_step[t] = _block(recs)
+    for t in sorted({r.step for r in records}):
+        if max_step_index is None or t < max_step_index:
+            per_step[t] = _block([r for r in records if r.step == t])
     return {"pooled": _block(records), "first_step": _block([r for r in records if r.step == 0]),
             "per_step": per_step, "selective": selective(records, tau)}

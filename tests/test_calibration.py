@@ -38,6 +38,9 @@ def test_report_and_selective_execution():
     assert rep["first_step"]["auroc"] == 1.0 and rep["first_step"]["n"] == 3
     assert rep["pooled"]["n"] == 5
     assert rep["per_step"][1]["auroc"] == 1.0
+    late = [ConfidenceRecord(e, 11, c, y) for e, c, y in ((3, 0.9, True), (4, 0.1, False))]  # a 12-step episode
+    assert calibration_report(recs + late)["per_step"][11]["n"] == 2  # every step reached (was cut at 8)
+    assert 11 not in calibration_report(recs + late, max_step_index=8)["per_step"]
     sel = selective(recs, 0.5)  # episode 1 drops below τ at step 1, episode 2 at step 0: handed off
     assert sel["coverage"] == pytest.approx(1 / 3)
     assert sel["success_executed"] == 1.0 and sel["success_all"] == pytest.approx(1 / 3)
