@@ -188,8 +188,11 @@ def optuna_sampler(method: str, seed: int) -> optuna.samplers.BaseSampler:
 
 
 def run_one(problem_name: str, method: str, seed: int, n_evals: int, pool_size: int) -> list[float]:
-    """Normalized hypervolume after each of `n_evals` evaluations (true, noise-free values)."""
+    """Normalized hypervolume after each of `n_evals` evaluations (true, noise-free values). The global
+    RNGs are seeded per run, so that no run can depend on what its worker process ran before it."""
     torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    np.random.seed(seed)
     warnings.filterwarnings("ignore")
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     prob = problems()[problem_name]
