@@ -123,7 +123,7 @@ class Ledger:
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
         self.heartbeat_s = int(project.heartbeat_s)
-        self._worker_s = 0.0
+        self._worker_s: float | None = None
         self._beats: dict[int, _Heartbeat] = {}
         self.withdrawal = ""
         """Why the last `start` returned None."""
@@ -167,8 +167,11 @@ class Ledger:
         """Count `seconds` of this process's own time (set-up, proposing, recording: everything but
         training) against the study's wall-clock budget. Each worker keeps its own total under its own
         key, so workers never overwrite each other's."""
+        key = f"{WORKER_TIME}{socket.gethostname()}:{os.getpid()}"
+        if self._worker_s is None:  # this process may have searched this study before (the Python API)
+            self._worker_s = float(self.get(key, 0.0))
         self._worker_s += max(0.0, float(seconds))
-        self.put(f"{WORKER_TIME}{socket.gethostname()}:{os.getpid()}", round(self._worker_s, 3))
+        self.put(key, round(self._worker_s, 3))
 
     # --- trials -------------------------------------------------------------------------------
     def recover(self) -> list[Recipe]:
