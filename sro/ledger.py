@@ -295,10 +295,11 @@ class Ledger:
     def release(self, trial: optuna.Trial, why: str) -> None:
         """After a trial, whatever happened: stop its heartbeat and, if no path above recorded how it
         ended (an unexpected exception), mark it interrupted so that it is run again."""
-        now = self.storage.get_trial(trial._trial_id)
-        if trial._trial_id in self._beats and not now.state.is_finished():
-            self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000], "interrupted": True,
-                                                 "cost": dict(now.user_attrs.get("so_far", {}))})
+        if trial._trial_id in self._beats:  # still claimed here: read it only then (not after every trial)
+            now = self.storage.get_trial(trial._trial_id)
+            if not now.state.is_finished():
+                self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000], "interrupted": True,
+                                                     "cost": dict(now.user_attrs.get("so_far", {}))})
         self._stop_heartbeat(trial)
 
     def _stop_heartbeat(self, trial: optuna.Trial) -> None:

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import optuna
-import torch
 import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -29,6 +28,7 @@ from sro.pruning import Pruner, TrialPruned, pruned_cost
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
 from trainers.grpo import GRPOConfig
+from trainers.models import pick_device
 
 
 @dataclass
@@ -153,7 +153,7 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
         curve: list[dict[str, float]] = []
 
         budget_spent, stop = _budget_spent(ledger, budget), ""
-        on_gpu = ctx.project.runtime.device != "cpu" and torch.cuda.is_available()  # as the trainer picks it
+        on_gpu = pick_device(ctx.project.runtime.device).type == "cuda"  # the device the trainer uses
         t_start = last_write = time.monotonic()
 
         def cost_so_far() -> dict[str, float]:

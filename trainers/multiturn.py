@@ -299,8 +299,6 @@ class MultiTurnTrainer:
         self.opt = OPTIMIZERS.get(config.base.optimizer)(model.parameters(), config.base)
         c = config.base
         self.ref = frozen_copy(model) if c.beta > 0 else None  # after the readout's new tokens
-        self.last_kl = 0.0
-        """The k3 KL to the base on the last update's action tokens (metric `kl` when β > 0)."""
         self.schedule = BatchSchedule(c.prompts_per_step, c.group_size, c.steps, c.batch_switch_at,
                                       c.batch_multiplier, c.lr_alpha, c.lr_ref_batch)
         self.graph = ReferenceGraph(config.proas, seed=config.base.seed) if config.credit == "proas" else None
@@ -355,7 +353,7 @@ class MultiTurnTrainer:
             def calib() -> torch.Tensor:
                 return cfg.calib_weight * calibration_loss(confidence_logits(self.model, self.tok, list(cp)),
                                                            torch.tensor(y), torch.tensor(grp))
-        loss, gn = self._update(prompts, comps, advs, calib)
+        loss, gn, kl = self._update(prompts, comps, advs, calib)
         if self.readout is not None and rows:
             readout_brier = self.readout.fit(cp, y, prompts)
         self.samples += len(prompts)
@@ -363,8 +361,8 @@ class MultiTurnTrainer:
         m = episode_metrics(results)
         m.update(loss=loss, grad_norm=gn, reward=float(rewards.mean()), episodes=float(self.episodes),
                  samples=float(self.samples), tokens=float(self.tokens), env_errors=float(len(self.failures)))
-        if self.ref is not None:
-            m["kl"] = self.last_kl
+        if kl is not None:
+            m["kl"] = kl
         if self.graph is not None:
             m.update(self.graph.stats())
             failed = [e for e in eps if not e.result.success]
@@ -378,13 +376,15 @@ class MultiTurnTrainer:
         return m
 
     def _update(self, prompts: list[str], comps: list[list[int]], advs: list[float],
-                extra: Callable[[], torch.Tensor] | None = None) -> tuple[float, float]:
-        """One optimizer step on the policy loss of the action tokens (+ `extra()`, the calibration term)."""
+                extra: Callable[[], torch.Tensor] | None = None) -> tuple[float, float, float | None]:
+        """One optimizer step on the policy loss of the action tokens (+ `extra()`, the calibration term);
+        returns the loss, the gradient norm and, when β > 0, the mean k3 KL to the base."""
         c = self.cfg.base
         dev = next(self.model.parameters()).device
         ids, att, mask, L = pack(self.tok, prompts, comps, dev)
         adv = torch.tensor(advs, device=dev).unsqueeze(-1).expand_as(mask)  # (N, C)
         self.model.train()
+        kl = None
         logp, _ = completion_logprobs(self.model, ids, att, L, temperature=c.temperature)  # (N, C), π_T as sampled
         old = logp.detach()  # one pass over fresh rollouts: μ = π_prox = π_θ, r ≡ 1
         tok_loss = POLICY_LOSSES.get(c.policy_loss)(LossInputs(logp, old, old, adv, mask),
@@ -392,9 +392,9 @@ class MultiTurnTrainer:
         if self.ref is not None:  # β·k3 KL to the frozen base, per action token (§1)
             with torch.no_grad():
                 ref_logp, _ = completion_logprobs(self.ref, ids, att, L, temperature=c.temperature)
-            kl = k3_kl(logp, ref_logp)
-            tok_loss = tok_loss + c.beta * kl
-            self.last_kl = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1))
+            kl_tok = k3_kl(logp, ref_logp)
+            tok_loss = tok_loss + c.beta * kl_tok
+            kl = float((kl_tok.detach() * mask).sum() / mask.sum().clamp(min=1))
         loss = AGGREGATIONS.get(c.aggregation)(tok_loss, mask, max_len=c.max_new_tokens)
         if extra is not None:
             loss = loss + extra()
@@ -404,7 +404,7 @@ class MultiTurnTrainer:
         self.opt.step()
         self.model.eval()
         self.tokens += int(att.sum())
-        return loss.item(), float(gn)
+        return loss.item(), float(gn), kl
 
     def train(self, on_step: Callable[[int, dict[str, float]], bool | None] | None = None) -> list[dict[str, float]]:
         """Run `base.steps` iterations; `on_step(step, metrics)` returning True stops early."""
