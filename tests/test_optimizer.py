@@ -21,6 +21,7 @@ from optuna.testing.pytest_samplers import (
 
 from sro.ledger import TrialRecord
 from sro.optimizer import BoTorchProposer, RecipeEncoder, SROSampler, hypervolume_history, reference_point
+from sro.optimizer.botorch_proposer import kernel
 from sro.optimizer.hypervolume import front_reference_point, study_reference_point
 from sro.proposers import PROPOSERS, SobolProposer
 from sro.recipe import Recipe
@@ -458,6 +459,22 @@ class _PeakAt(torch.nn.Module):
 
     def forward(self, X: torch.Tensor) -> torch.Tensor:
         return -sum((X[..., c] - t) ** 2 for c, t in self.target.items()).sum(-1)
+
+
+def test_lengthscale_prior_grows_with_the_square_root_of_the_dimension() -> None:
+    # Gamma(a, b) has its mode at (a − 1) / b: BoTorch's Gamma(3, 6), mode 1/3, up to 2 columns, then
+    # 1/3 · √(D / 2): 2/3 at 8 columns, 1 at 18
+    for dim, mode in ((1, 1 / 3), (2, 1 / 3), (8, 2 / 3), (18, 1.0)):
+        prior = kernel(dim).base_kernel.lengthscale_prior
+        assert float((prior.concentration - 1) / prior.rate) == pytest.approx(mode)
+    # and it is the prior of the proposer's fitted GP, one lengthscale per encoded column
+    space = full_space()
+    p = BoTorchProposer(space, seed=0)
+    X = p.encoder.encode_many(space.sobol(6, seed=0))
+    model = p._fit(X, torch.rand(len(X), 2, dtype=torch.float64))
+    base = model.covar_module.base_kernel
+    assert base.lengthscale.shape[-1] == p.encoder.dim
+    assert float(base.lengthscale_prior.rate) == pytest.approx(6.0 / math.sqrt(p.encoder.dim / 2))
 
 
 def test_refinement_moves_only_active_numbers_towards_the_acquisition_optimum() -> None:

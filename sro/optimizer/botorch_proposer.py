@@ -2,8 +2,9 @@
 
 1) Too few finished trials → the next points of the project's scrambled Sobol sequence.
 2) Otherwise fit one GP per objective (a batched `SingleTaskGP`, outcomes standardized, minimized
-   objectives negated so every objective is maximized; a Matérn-5/2 ARD kernel with Gamma(3, 6)
-   lengthscale priors, see `_fit`) on the complete trials,
+   objectives negated so every objective is maximized; a Matérn-5/2 ARD kernel whose Gamma
+   lengthscale prior grows with the square root of the encoded dimension, see `kernel`) on the
+   complete trials,
 3) build a pool of valid candidate recipes — space-filling Sobol points, local moves around
    Pareto-optimal recipes, crossovers between Pareto recipes that are best on different objectives,
    and the recipes of a pluggable `extra` source (e.g. an LLM designer) that are valid in the space —
@@ -35,6 +36,7 @@ score each candidate jointly with the pending picks (`max_iep`), instead of re-p
 from __future__ import annotations
 
 import json
+import math
 import warnings
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,10 +49,11 @@ from botorch.acquisition.multi_objective.logei import qLogNoisyExpectedHypervolu
 from botorch.fit import fit_gpytorch_mll
 from botorch.generation.gen import gen_candidates_scipy
 from botorch.models import SingleTaskGP
-from botorch.models.utils.gpytorch_modules import get_matern_kernel_with_gamma_prior
 from botorch.sampling.normal import SobolQMCNormalSampler
 from botorch.utils.multi_objective.pareto import is_non_dominated
+from gpytorch.kernels import MaternKernel, ScaleKernel
 from gpytorch.mlls import ExactMarginalLogLikelihood
+from gpytorch.priors import GammaPrior
 
 from sro.ledger import TrialRecord
 from sro.optimizer.encoding import RecipeEncoder, sobol_pool
@@ -247,13 +250,8 @@ class BoTorchProposer:
         that fit, its hyperparameters are kept as they are: one more trial moves the optimum little,
         and a fit of 100 points costs about a second on a loaded CPU.
         """
-        # Matérn-5/2 with Gamma(3, 6) lengthscale priors (mode ≈ 0.33 of the unit cube; botorch's default
-        # before 0.12), not botorch's current RBF with a dimension-scaled LogNormal prior: at a few
-        # dozen trials that prior's long lengthscales extrapolate trends to the cube's corners, and
-        # the search kept proposing corners (bench/optimizer.py, DTLZ2: median hypervolume 0.37 with
-        # it, 0.56 with this kernel; BraninCurrin and the recipe problem unchanged within noise)
         def prior_model() -> SingleTaskGP:  # Standardize(m) outcome transform by default
-            return SingleTaskGP(X, Y, covar_module=get_matern_kernel_with_gamma_prior(
+            return SingleTaskGP(X, Y, covar_module=kernel(
                 X.shape[-1], batch_shape=torch.Size([Y.shape[-1]]) if Y.shape[-1] > 1 else None))
 
         model = prior_model()
@@ -478,6 +476,25 @@ class BoTorchProposer:
         vals = torch.cat([acqf(X_pool[i : i + self.chunk].unsqueeze(1))  # (chunk, 1, D) → (chunk,)
                           for i in range(0, len(X_pool), self.chunk)])
         return torch.nan_to_num(vals, nan=-float("inf"))
+
+
+def kernel(dim: int, batch_shape: torch.Size | None = None) -> ScaleKernel:
+    """The GP's covariance over `dim` encoded columns: a scaled Matérn-5/2 ARD kernel, outputscale prior
+    Gamma(2, 0.15), lengthscale prior Gamma(3, 6 / √(max(dim, 2) / 2)).
+
+    That is BoTorch's pre-0.12 default kernel (Gamma(3, 6), mode ≈ 0.33 of the unit cube) in two
+    dimensions, where it was tuned, with the lengthscale growing like √dim above (the scaling argument
+    of Hvarfner et al. 2024, "Vanilla Bayesian Optimization Performs Great in High Dimensions": the
+    distance between points of the cube grows like √dim). A mode of 0.33 whatever the dimension left
+    the 6-D model uninformed a cube's width away from each trial: the fitted lengthscales stayed at
+    the prior's mode, and every proposal was refined to the cube's bounds, where the variance is
+    largest (bench/optimizer.py, DTLZ2). BoTorch's current default, a LogNormal prior with median
+    ≈ 4·√dim, went to the corners instead by extrapolating trends (docs/optimizer.md).
+    """
+    rate = 6.0 / math.sqrt(max(dim, 2) / 2)
+    return ScaleKernel(MaternKernel(nu=2.5, ard_num_dims=dim, batch_shape=batch_shape,
+                                    lengthscale_prior=GammaPrior(3.0, rate)),
+                       batch_shape=batch_shape, outputscale_prior=GammaPrior(2.0, 0.15))
 
 
 def _domination_order(Y: torch.Tensor, keep_first: int = 0) -> torch.Tensor:
