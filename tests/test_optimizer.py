@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import optuna
@@ -563,8 +564,76 @@ def test_bench_quick_smoke() -> None:
     r = subprocess.run([sys.executable, str(root / "bench" / "optimizer.py"), "--quick"], capture_output=True,
                        text=True, timeout=600, cwd=root)
     assert r.returncode == 0, r.stderr[-3000:]
-    for needle in ("BraninCurrin", "DTLZ2", "recipe", "proposal overhead", "quick smoke run"):
+    for needle in ("BraninCurrin", "DTLZ2", "recipe", "proposal overhead", "quick smoke run",
+                   "to match SRO's 8-evaluation median"):
         assert needle in r.stdout, r.stdout[-3000:]
+
+
+def _bench_module() -> Any:
+    """bench/optimizer.py imported as a module (it is a script, not part of the package)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "optimizer.py"
+    spec = importlib.util.spec_from_file_location("bench_optimizer", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up there
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        del sys.modules[spec.name]
+    return bench
+
+
+def test_bench_random_search_run_longer_starts_with_the_shorter_run() -> None:
+    """The bench runs random search to 3 N and reads its table columns from the first N evaluations:
+    that is only right if those are exactly a run of N (same sampler draws, same noise). Likewise SRO's
+    first evaluations of a longer run."""
+    bench = _bench_module()
+    for problem in ("recipe", "DTLZ2"):
+        short, long = bench.run_one(problem, "random", 3, 6, 100), bench.run_one(problem, "random", 3, 18, 100)
+        assert len(long) == 18 and long[:6] == short
+        assert long[-1] >= long[5]  # a hypervolume curve never falls
+    # the budgets table reads SRO's reach at B ≤ 3 N from a run of N: SRO's proposals depend on the history only
+    assert bench.run_one("BraninCurrin", "sro", 3, 9, 100)[:6] == bench.run_one("BraninCurrin", "sro", 3, 6, 100)
+
+
+def test_bench_verdict_on_hand_made_curves() -> None:
+    """The bench's goals on curves whose answers are known: N = 6, so SRO must reach random search's
+    final median within 2 evaluations and end with the best median; random search runs to 18."""
+    bench = _bench_module()
+    rand = {0: [0.1] * 6 + [0.2] * 6 + [0.5] * 6, 1: [0.0] * 5 + [0.3] * 13}  # finals 0.1, 0.3: median 0.2
+    others = {("tpe", sd): [0.25] * 6 for sd in (0, 1)} | {(m, sd): [0.0] * 6 for m in ("nsga2", "gp") for sd in (0, 1)}
+
+    def curves(sro: dict[int, list[float]]) -> dict[tuple[str, int], list[float]]:
+        return {("random", sd): c for sd, c in rand.items()} | {("sro", sd): c for sd, c in sro.items()} | others
+
+    fast = bench.judge("p", curves({0: [0.0, 0.2, 0.4, 0.4, 0.4, 0.4], 1: [0.3] * 6}), 6)
+    assert fast.final["random"] == pytest.approx(0.2) and fast.final["sro"] == pytest.approx(0.35)
+    assert fast.need["sro"] == 1.5  # seeds reach 0.2 at 2 and at 1
+    assert fast.need["random"] == math.inf  # seed 0 never within 6, seed 1 at 6
+    assert fast.missed == []
+    assert fast.per_seed == "0.400/2 0.300/1"
+    # random search reaches 0.35 at 13 on seed 0 and never on seed 1: median beyond its 18 evaluations
+    assert fast.matched == ("random search does not match SRO's 6-evaluation median 0.350 within 18 evaluations; "
+                            "SRO used under 0.33 of them")
+    # budgets 6, 9, 12, 18: random's medians 0.2, 0.25, 0.25, 0.4; SRO reaches them at (2, 1), (3, 1), (3, 1),
+    # (3, never)
+    assert fast.budgets == {6: (pytest.approx(0.2), 1.5), 9: (pytest.approx(0.25), 2.0),
+                            12: (pytest.approx(0.25), 2.0), 18: (pytest.approx(0.4), math.inf)}
+
+    slow = bench.judge("p", curves({0: [0.0, 0.0, 0.0, 0.2, 0.2, 0.2], 1: [0.0, 0.0, 0.0, 0.0, 0.3, 0.3]}), 6)
+    assert slow.need["sro"] == 4.5
+    assert slow.missed == ["p: SRO needs 4.5 evaluations to reach random's final hypervolume (goal <= 2.0)"]
+    # random search reaches 0.25 at 13 (seed 0) and 6 (seed 1)
+    assert slow.matched == "random search needs 9.5 evaluations to match SRO's 6-evaluation median 0.250; SRO used 0.63 of them"
+
+    beaten = bench.judge("p", curves({0: [0.2] * 6, 1: [0.2] * 6}), 6)  # TPE's median 0.25 is higher
+    assert beaten.missed == ["p: SRO median 0.200 < best other 0.250"]
+    assert bench.judge("p", {k: c for k, c in curves({0: [0.2] * 6, 1: [0.2] * 6}).items() if k[0] != "sro"},
+                       6).missed == []  # without SRO nothing is judged
 
 
 def test_a_nan_acquisition_value_is_never_picked() -> None:
