@@ -13,6 +13,7 @@ from typing import Annotated, Optional
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -22,7 +23,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    err_console.print(f"[red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)  # text, not markup
     raise typer.Exit(code)
 
 

@@ -179,6 +179,11 @@ class ProjectConfig(_Strict):
         description="worst acceptable value of some objectives (cost in wall seconds); the BoTorch "
                     "optimizer and the hypervolume history count only what is better; unnamed "
                     "objectives get one inferred from the trials")
+    start_recipes: list[dict[str, Any] | str] = Field(
+        default_factory=list,
+        description="recipes trained first, in order, before the optimizer proposes (your current "
+                    "recipe, a published one): each a mapping of the space's parameters to values, or "
+                    "the path of a recipe YAML written by `sro export`")
     budget: str = Field("20m", description="default for `sro search`; --budget overrides")
     storage: str | None = Field(None, description="SQLAlchemy URL; default sqlite in runs/<name>/")
     heartbeat_s: int = Field(60, gt=0, description="a running trial records a heartbeat in the storage this "
@@ -339,6 +344,33 @@ def _explain(err: dict[str, Any]) -> str:
     return f"{msg} (got {err.get('input')!r})" if kind.endswith(("_type", "_parsing")) else msg
 
 
+def _read_start_recipes(project: ProjectConfig, base_dir: Path) -> None:
+    """Each `start_recipes` entry as a mapping of settings: a path (relative to the project's folder) is
+    read as a recipe YAML of `sro export` and replaced by its values; every value must be a number, a
+    string or a bool. Whether they are recipes of the search space is checked when the space is known
+    (`sro.start_recipes`)."""
+    for i, entry in enumerate(project.start_recipes):
+        at = f"start_recipes[{i}]"
+        if isinstance(entry, str):
+            path = Path(entry) if Path(entry).is_absolute() else base_dir / entry
+            how = "write one with `sro export runs/NAME --trial N --out FILE`, or give the settings as a mapping"
+            if not path.is_file():
+                raise ConfigError(f"{at}: {entry}: no such file; {how}")
+            try:
+                doc = yaml.safe_load(path.read_text())
+            except (OSError, yaml.YAMLError) as e:
+                raise ConfigError(f"{at}: {entry}: cannot be read as YAML ({str(e).splitlines()[0]}); {how}") from None
+            values = doc.get("recipe", {}).get("values") if isinstance(doc, dict) and isinstance(
+                doc.get("recipe"), dict) else None
+            if not isinstance(values, dict) or not values:
+                raise ConfigError(f"{at}: {entry}: not a recipe file (it has no recipe.values); {how}")
+            entry = project.start_recipes[i] = dict(values)
+        for key, v in entry.items():
+            if not isinstance(v, (int, float, str, bool)):
+                raise ConfigError(f"{at}.{key}: {v!r} is not a setting (a number, a string or a bool); "
+                                  "give one value per parameter")
+
+
 def _check_sources(project: ProjectConfig, base_dir: Path) -> None:
     for dname, dom in project.domains.items():
         groups: list[tuple[str, list[SourceConfig]]] = [("sources", dom.sources)]
@@ -388,6 +420,7 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
                           "folder that exists, an HF model id (org/name) or tiny")
     try:
         _check_sources(project, base_dir)
+        _read_start_recipes(project, base_dir)
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     project._base_dir = base_dir.resolve()

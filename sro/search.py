@@ -13,6 +13,7 @@ from pathlib import Path
 import optuna
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sro.budget import COSTS, Budget, Spent
@@ -27,6 +28,7 @@ from sro.proposers import PROPOSERS
 from sro.pruning import Pruner, TrialPruned, pruned_cost
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
+from sro.start_recipes import StartRecipeError, next_start, start_recipe, start_recipes
 from trainers.grpo import GRPOConfig
 from trainers.models import pick_device
 
@@ -112,6 +114,23 @@ def _retry(records: list[TrialRecord], space: RecipeSpace) -> Recipe | None:
     taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
     return next((r.recipe for r in records if r.state in ("interrupted", "stopped") and r.recipe.key not in taken
                  and fits(space, r.recipe)), None)
+
+
+def _start_recipes(project: ProjectConfig, space: RecipeSpace, run_dir: Path, records: list[TrialRecord],
+                   log: Callable[[str], None]) -> list[Recipe]:
+    """The project's start recipes in `space`. One that does not fit stops a new study (`StartRecipeError`:
+    nothing has been trained yet, so the fix costs nothing); in a study with trials (resumed, or after
+    a redesign that moved a bound past it) it is skipped with a note, and the search goes on."""
+    where = f"the search space v{space.version} of {run_dir}"
+    if not records:
+        return start_recipes(project.start_recipes, space, where)
+    out = []
+    for i, values in enumerate(project.start_recipes):
+        try:
+            out.append(start_recipe(values, space, f"start_recipes[{i}]", where))
+        except StartRecipeError as e:
+            log(f"[yellow]skipped[/]: {escape(str(e))}")
+    return out
 
 
 SHARED_CHECK_S = 10.0
@@ -235,6 +254,16 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         console.print(f"budget {budget} already spent ({reason}); raise --budget to search further")
         return SearchSummary(run_dir, ledger.get("base_scores", {}), history, reason)
 
+    if project.start_recipes and not history and (run_dir / "space.yaml").is_file() and ledger.shared_space() is None:
+        # a new study with a written space: a start recipe outside it fails now, not after the base model's
+        # preparation and scoring (minutes with a real model); a designed space is checked once designed
+        try:
+            written = RecipeSpace.from_yaml((run_dir / "space.yaml").read_text())
+        except (SpaceError, yaml.YAMLError):
+            written = None  # `load_space` reports it below, with the file's name
+        if written is not None:
+            _start_recipes(project, written, run_dir, history, console.print)
+
     t0 = time.monotonic()
     console.print("preparing benchmarks, data streams and the base model ...")
     pp = _progress(console)  # started by the first pre-training step: a cached model draws no (empty) bar
@@ -263,6 +292,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     console.print(f"base model held-out: {_fmt_scores(base)}")
     lower = project.lower_is_better()  # benchmarks where beating the base model means scoring below it
     space = load_space(project, run_dir, console, ctx, budget, ledger)
+    starts = _start_recipes(project, space, run_dir, ledger.records(), console.print)
     proposer = make_proposer(optimizer, space, project, run_dir)
     if hasattr(proposer, "load_warm_state"):  # a resumed search starts from the last GP fit
         proposer.load_warm_state(ledger.get("proposer_warm"))
@@ -300,6 +330,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             if reason:
                 break
             recipe: Recipe | None = _retry(records, space)
+            if recipe is None and (recipe := next_start(starts, {r.recipe.key for r in records})) is not None:
+                progress.console.print(f"start recipe {starts.index(recipe) + 1} of {len(starts)} "
+                                       "(the project's start_recipes)")
             if recipe is None:
                 # trials of earlier space versions stay in the evidence when they fit this one
                 proposed = proposer.propose([r for r in records if fits(space, r.recipe)], 1)
@@ -326,6 +359,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 write_space(run_dir, shared)
                 progress.console.print(f"adopted the study's search space v{shared.version} (from another worker)")
                 space = shared
+                starts = _start_recipes(project, space, run_dir, ledger.records(), progress.console.print)
                 proposer = make_proposer(optimizer, space, project, run_dir)
             redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print)
             if redesigned is not None:
@@ -333,6 +367,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 if shared is None or redesigned.version > shared.version:  # never over a later worker's
                     ledger.publish_space(redesigned)
                 space = redesigned
+                starts = _start_recipes(project, space, run_dir, ledger.records(), progress.console.print)
                 proposer = make_proposer(optimizer, space, project, run_dir)
 
     ledger.add_worker_time(time.monotonic() - mark - training_s)

@@ -13,9 +13,9 @@ import pytest
 import yaml
 
 from sro.config import load_project
-from sro.ledger import Ledger
+from sro.ledger import Ledger, TrialRecord
 from sro.recipe import Recipe
-from sro.space import RecipeSpace
+from sro.space import RecipeSpace, SpaceError
 
 ROOT = Path(__file__).resolve().parents[1]
 SRO = [sys.executable, "-m", "sro.cli"]
@@ -317,15 +317,53 @@ def test_cli_missing_run_dir(tmp_path):
 
 @pytest.mark.slow
 def test_search_with_botorch_optimizer(micro_project, tmp_path):
-    """Past its Sobol start (4 trials), `--optimizer botorch` proposes from the GP; no recipe repeats."""
+    """Past its Sobol start (4 trials), `--optimizer botorch` proposes from the GP; no recipe repeats.
+    The project's start recipe is the first trial, and counts toward the Sobol start."""
     project, runs = _with_small_space(micro_project, tmp_path, "bo")
+    ours = {"lr": 0.002, "group_size": 4, "prompts_per_step": 5, "steps": 2}
+    project.write_text(project.read_text() + f"start_recipes:\n  - {json.dumps(ours)}\n")
     r = run("search", str(project), "--budget", "5trials", "--optimizer", "botorch", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("start recipe 1 of 1 (the project's start_recipes)") == 1
     trials = _trials(runs / "bo")
     assert [t["state"] for t in trials] == ["complete"] * 5
+    assert trials[0]["recipe"]["values"] == ours
     assert len({Recipe.from_dict(t["recipe"]).key for t in trials}) == 5
     r = run("search", str(project), "--optimizer", "bayes", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 2 and "unknown optimizer 'bayes'" in r.stderr
+
+
+def test_a_start_recipe_outside_the_space_stops_a_new_study(micro_project, tmp_path):
+    """In a new study, a start recipe that is not a recipe of the space is a one-line error (exit 2)
+    before anything trains, and with a written space.yaml before the base model is even prepared."""
+    runs = tmp_path / "runs"
+    (runs / "badstart").mkdir(parents=True)
+    (runs / "badstart" / "space.yaml").write_text(SMALL_SPACE)
+    bad = micro_project("badstart", extra="start_recipes:\n  - {lr: 0.002, group_size: 4, steps: 2}\n")
+    r = run("search", str(bad), "--budget", "2trials", "--runs", str(runs), cwd=tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert "start_recipes[0]: recipe lacks 'prompts_per_step'" in r.stderr
+    assert "preparing benchmarks" not in r.stdout
+    assert not (runs / "badstart" / "trials.json").exists() or _trials(runs / "badstart") == []
+
+
+def test_start_recipes_that_no_longer_fit_a_study_with_trials_are_skipped(micro_project, tmp_path):
+    """A study that has trials (a resume, or a redesign that moved a bound past a start recipe) skips a
+    start recipe that does not fit, with a note, instead of failing."""
+    from sro.search import _start_recipes
+
+    ours = {"lr": 0.002, "group_size": 4, "prompts_per_step": 5, "steps": 2}
+    far = {**ours, "lr": 0.5}
+    project = load_project(micro_project("skip", extra=f"start_recipes:\n  - {json.dumps(ours)}\n"
+                                                        f"  - {json.dumps(far)}\n"))
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    notes: list[str] = []
+    with pytest.raises(SpaceError, match=r"start_recipes\[1\]: lr=0.5 is outside"):
+        _start_recipes(project, space, tmp_path, [], notes.append)  # a new study: refused
+    done = TrialRecord(0, "complete", Recipe(ours, dict(space.fixed)), {"arithmetic/add": 0.5}, {"wall_s": 1.0})
+    starts = _start_recipes(project, space, tmp_path, [done], notes.append)
+    assert [r.values for r in starts] == [ours]
+    assert len(notes) == 1 and "skipped" in notes[0] and "start_recipes[1]: lr=0.5 is outside" in notes[0]
 
 
 @pytest.mark.slow

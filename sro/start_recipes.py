@@ -1,0 +1,62 @@
+"""Start recipes: recipes a person already trusts (the team's current recipe, a published one), given
+in the project YAML's `start_recipes:`, trained first, in order, before the optimizer proposes.
+
+They are the search's first evidence, the way Optuna's `enqueue_trial` or SMAC's default configuration
+start a study: the optimizer's initial design continues after them, and its model starts from a point
+that is known to be reasonable instead of only from space-filling ones. Each must be a recipe of the
+search space: every parameter active given its parents set, each inside its range, the mixture on the
+simplex. The config has already turned `sro export` files into their values (`sro.config`).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Sequence
+from typing import Any
+
+from sro.recipe import Recipe
+from sro.space import RecipeSpace, SpaceError
+
+
+class StartRecipeError(SpaceError):
+    """A start recipe that is not a recipe of the search space: which one, what is wrong, how to fix it."""
+
+
+def start_recipes(entries: Sequence[dict[str, Any]], space: RecipeSpace, where: str) -> list[Recipe]:
+    """The project's start recipes as recipes of `space`; `where` names the space for the messages.
+    Raises `StartRecipeError` at the first that does not fit."""
+    return [start_recipe(values, space, f"start_recipes[{i}]", where) for i, values in enumerate(entries)]
+
+
+def start_recipe(values: dict[str, Any], space: RecipeSpace, at: str, where: str) -> Recipe:
+    """One start recipe (`at` names it) as a recipe of `space`: its canonical values plus the space's
+    fixed settings. Raises `StartRecipeError` saying what does not fit and how to fix it."""
+    if not isinstance(values, dict):  # a path: `sro.config.load_project` reads those into values
+        raise StartRecipeError(f"{at}: {values!r} is not a mapping of settings; load the project with "
+                               "sro.config.load_project, which reads recipe files into their values")
+    names = [p.name for p in space.params] + [m for s in space.simplexes for m in s.members]
+    for key, v in values.items():
+        if key in space.fixed:
+            if v != space.fixed[key]:
+                raise StartRecipeError(f"{at}: {key} is fixed at {space.fixed[key]!r} in {where}, not {v!r}; "
+                                       f"drop {key} from the start recipe or edit the space")
+        elif key not in names:
+            hint = difflib.get_close_matches(key, names, n=1)
+            fix = f"did you mean {hint[0]!r}?" if hint else f"the space's parameters: {', '.join(names)}"
+            raise StartRecipeError(f"{at}: {key!r} is not a parameter of {where}; {fix}")
+    own = {k: v for k, v in values.items() if k not in space.fixed}
+    try:
+        canonical = space.canonical(own)
+    except SpaceError as e:
+        raise StartRecipeError(f"{at}: {e} in {where}; a start recipe sets every parameter that is active given "
+                               "its parents, inside its range, and mixture weights that sum to 1") from None
+    dropped = sorted(set(own) - set(canonical))
+    if dropped:  # a child whose condition does not hold: say so rather than train something else
+        raise StartRecipeError(f"{at}: {', '.join(dropped)} inactive given the recipe's other settings in {where} "
+                               "(their condition does not hold); drop them or change their parent")
+    return Recipe(canonical, dict(space.fixed))
+
+
+def next_start(starts: Sequence[Recipe], tried: set[str]) -> Recipe | None:
+    """The first start recipe whose key the study has not tried (any state), or None."""
+    return next((r for r in starts if r.key not in tried), None)

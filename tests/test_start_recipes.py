@@ -1,0 +1,80 @@
+"""Start recipes: the project's own recipes, checked against the search space and run first."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from sro.config import ConfigError, load_project
+from sro.recipe import Recipe
+from sro.space import Param, RecipeSpace, Simplex, SpaceError
+from sro.start_recipes import StartRecipeError, next_start, start_recipe, start_recipes
+
+SPACE = RecipeSpace(
+    [Param("algorithm", "categorical", choices=["grpo", "proas"]),
+     Param("lr", "float", 1e-6, 1e-3, log=True),
+     Param("steps", "int", 10, 200),
+     Param("proas.lambda", "float", 0.0, 1.0, condition={"algorithm": ["proas"]})],
+    [Simplex("mix", ["mix.a", "mix.b"])], fixed={"max_new_tokens": 8})
+GOOD = {"algorithm": "proas", "lr": 1e-4, "steps": 50.0, "proas.lambda": 0.5, "mix.a": 0.25, "mix.b": 0.75}
+
+
+def test_a_start_recipe_becomes_the_canonical_recipe_of_the_space():
+    (r,) = start_recipes([GOOD], SPACE, "space v1")
+    assert r.values == {**GOOD, "steps": 50} and isinstance(r.values["steps"], int)  # an int's 50.0 is 50
+    assert r.fixed == {"max_new_tokens": 8}
+    # the same recipe written differently (a fixed setting repeated at its value) has the same key
+    assert start_recipe({**GOOD, "steps": 50, "max_new_tokens": 8}, SPACE, "x", "space v1").key == r.key
+
+
+@pytest.mark.parametrize("change, needle", [
+    (lambda v: v.pop("lr"), "start_recipes[0]: recipe lacks 'lr' in space v1"),
+    (lambda v: v.update(lr=0.1), "lr=0.1 is outside [1e-06, 0.001]"),
+    (lambda v: v.update(lrr=1e-4), "'lrr' is not a parameter of space v1; did you mean 'lr'?"),
+    (lambda v: v.update(max_new_tokens=16), "max_new_tokens is fixed at 8 in space v1, not 16"),
+    (lambda v: v.update(algorithm="grpo"), "proas.lambda inactive given the recipe's other settings"),
+    (lambda v: v.update({"mix.a": 0.5}), "mix: weights {'mix.a': 0.5, 'mix.b': 0.75} must be >= 0 and sum to 1"),
+    (lambda v: v.pop("mix.b"), "mix: weights"),
+])
+def test_a_start_recipe_outside_the_space_is_refused_saying_what_and_how(change, needle):
+    values = dict(GOOD)
+    change(values)
+    with pytest.raises(StartRecipeError) as e:
+        start_recipes([values], SPACE, "space v1")
+    assert needle in str(e.value) and isinstance(e.value, SpaceError)  # the CLI's one-line user error
+
+
+def test_next_start_skips_the_recipes_the_study_has_tried():
+    a, b = start_recipes([GOOD, {**GOOD, "lr": 2e-4}], SPACE, "space v1")
+    assert next_start([a, b], set()) == a
+    assert next_start([a, b], {a.key}) == b
+    assert next_start([a, b], {a.key, b.key}) is None
+    assert next_start([], set()) is None
+
+
+def _exported(path, values):
+    """A recipe file as `sro export` writes it."""
+    path.write_text(yaml.safe_dump({"project": {"name": "other"}, "recipe": Recipe(values, {"x": 1}).to_dict(),
+                                    "scores": {"d/b": 0.5}, "trial": 3}))
+
+
+def test_the_project_reads_recipe_files_into_their_values(micro_project, tmp_path):
+    (tmp_path / "recipes").mkdir()
+    _exported(tmp_path / "recipes" / "ours.yaml", {"lr": 0.002, "steps": 2})
+    path = micro_project(extra="start_recipes:\n  - recipes/ours.yaml\n  - {lr: 0.001, steps: 3}\n")
+    p = load_project(path)
+    assert p.start_recipes == [{"lr": 0.002, "steps": 2}, {"lr": 0.001, "steps": 3}]
+    assert p.portable_dump()["start_recipes"] == p.start_recipes  # what the study and `sro export` keep
+
+
+@pytest.mark.parametrize("entry, needle", [
+    ("missing.yaml", "start_recipes[0]: missing.yaml: no such file; write one with `sro export"),
+    ("plain.yaml", "start_recipes[0]: plain.yaml: not a recipe file (it has no recipe.values)"),
+    ("{lr: [1, 2]}", "start_recipes[0].lr: [1, 2] is not a setting"),
+])
+def test_a_bad_start_recipe_entry_is_a_config_error(micro_project, tmp_path, entry, needle):
+    (tmp_path / "plain.yaml").write_text("name: not-a-recipe\n")
+    path = micro_project(extra=f"start_recipes:\n  - {entry}\n")
+    with pytest.raises(ConfigError) as e:
+        load_project(path)
+    assert str(e.value).startswith(str(path)) and needle in str(e.value)
