@@ -357,11 +357,10 @@ def main() -> int:
         # sampler, one noise generator), and the rest say how many it needs to match SRO's N
         futures = {j: ex.submit(run_one, *j, n_evals * (RANDOM_SPAN if j[1] == "random" else 1), pool)
                    for j in jobs}
-        curves, long_curves = {}, {}
+        curves = {}  # random search's run on to 3 N; `judge` reads the first N of every curve
         for i, (j, f) in enumerate(futures.items()):
-            long_curves[j] = f.result()
-            curves[j] = long_curves[j][:n_evals]
-            print(f"[{i + 1}/{len(jobs)}] {j[0]} {j[1]} seed {j[2]}: normalized hypervolume {curves[j][-1]:.3f} "
+            curves[j] = f.result()
+            print(f"[{i + 1}/{len(jobs)}] {j[0]} {j[1]} seed {j[2]}: normalized hypervolume {curves[j][n_evals - 1]:.3f} "
                   f"({time.monotonic() - t_start:.0f} s)", file=sys.stderr, flush=True)
     run_s = time.monotonic() - t_start
 
@@ -370,7 +369,7 @@ def main() -> int:
     table.add_column("problem")
     for m in methods:
         table.add_column(m, justify="right")
-    verdicts = {p: judge(p, {(m, sd): long_curves[(p, m, sd)] for m in methods for sd in seed_list}, n_evals)
+    verdicts = {p: judge(p, {(m, sd): curves[(p, m, sd)] for m in methods for sd in seed_list}, n_evals)
                 for p in names}
     missed = [line for v in verdicts.values() for line in v.missed]
     for p, v in verdicts.items():
@@ -383,7 +382,7 @@ def main() -> int:
     out = ROOT / "runs" / ("bench-optimizer-quick.json" if args.quick else "bench-optimizer.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"evals": n_evals, "seeds": seed_list, "curves": [
-        {"problem": p, "method": m, "seed": s, "hypervolume": c} for (p, m, s), c in long_curves.items()]}))
+        {"problem": p, "method": m, "seed": s, "hypervolume": c} for (p, m, s), c in curves.items()]}))
     console.print(f"curves: {out.relative_to(ROOT)}")
     if any(v.matched for v in verdicts.values()):
         console.print(f"The goal read the other way round (informational, not part of the verdict; random search run on "

@@ -212,24 +212,13 @@ def train(
     runs: Annotated[Path, typer.Option(help="folder for the model cache")] = Path("runs"),
 ) -> None:
     """Run one recipe outside a search and print its held-out scores next to the base model's."""
-    from sro.config import ConfigError, project_from_data
+    from sro.config import project_from_data, read_recipe_file
     from sro.executor import SearchContext, TrialFailed, run_trial, trainer_config
     from sro.recipe import Recipe
 
     try:
-        if not recipe.is_file():
-            raise ConfigError(f"{recipe}: no such file; write one with `sro export RUN --trial N --out FILE`")
-        try:
-            doc = yaml.safe_load(recipe.read_text())
-        except yaml.YAMLError as e:
-            raise ConfigError(f"{recipe}: malformed YAML ({str(e).splitlines()[0]}); fix the syntax") from None
-        if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
-            raise ConfigError(f"{recipe}: not a recipe file (it needs `project:` and `recipe:`); "
-                              "write one with `sro export RUN --trial N --out FILE`")
+        doc = read_recipe_file(recipe, str(recipe))
         proj = project_from_data(doc["project"], recipe.parent, f"{recipe}: project")
-        if not isinstance(doc["recipe"], dict) or not isinstance(doc["recipe"].get("values") or {}, dict):
-            raise ConfigError(f"{recipe}: recipe: must be a mapping with `values:` (and `fixed:`), "
-                              "as `sro export` writes it")
         rec = Recipe.from_dict(doc["recipe"])
         _check_recipe_keys(rec, proj, recipe)
         trainer_config(rec, proj.seed, None)  # a bad recipe fails here, before the base model is scored

@@ -344,6 +344,26 @@ def _explain(err: dict[str, Any]) -> str:
     return f"{msg} (got {err.get('input')!r})" if kind.endswith(("_type", "_parsing")) else msg
 
 
+EXPORT_HOW = "write one with `sro export RUN --trial N --out FILE`"
+
+
+def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str, Any]:
+    """A recipe YAML as `sro export` writes it, parsed: a mapping with `project:` and `recipe:` (a mapping
+    with `values:` and `fixed:`). Raises `ConfigError` starting with `where` and ending with `how`."""
+    if not path.is_file():
+        raise ConfigError(f"{where}: no such file; {how}")
+    try:
+        doc = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"{where}: malformed YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+    if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
+        raise ConfigError(f"{where}: not a recipe file (it needs `project:` and `recipe:`); {how}")
+    if not isinstance(doc["recipe"], dict) or not isinstance(doc["recipe"].get("values") or {}, dict):
+        raise ConfigError(f"{where}: recipe: must be a mapping with `values:` (and `fixed:`), "
+                          "as `sro export` writes it")
+    return doc
+
+
 def _read_start_recipes(project: ProjectConfig, base_dir: Path) -> None:
     """Each `start_recipes` entry as a mapping of settings: a path (relative to the project's folder) is
     read as a recipe YAML of `sro export` and replaced by its values; every value must be a number, a
@@ -353,18 +373,8 @@ def _read_start_recipes(project: ProjectConfig, base_dir: Path) -> None:
         at = f"start_recipes[{i}]"
         if isinstance(entry, str):
             path = Path(entry) if Path(entry).is_absolute() else base_dir / entry
-            how = "write one with `sro export runs/NAME --trial N --out FILE`, or give the settings as a mapping"
-            if not path.is_file():
-                raise ConfigError(f"{at}: {entry}: no such file; {how}")
-            try:
-                doc = yaml.safe_load(path.read_text())
-            except (OSError, yaml.YAMLError) as e:
-                raise ConfigError(f"{at}: {entry}: cannot be read as YAML ({str(e).splitlines()[0]}); {how}") from None
-            values = doc.get("recipe", {}).get("values") if isinstance(doc, dict) and isinstance(
-                doc.get("recipe"), dict) else None
-            if not isinstance(values, dict) or not values:
-                raise ConfigError(f"{at}: {entry}: not a recipe file (it has no recipe.values); {how}")
-            entry = project.start_recipes[i] = dict(values)
+            doc = read_recipe_file(path, f"{at}: {entry}", f"{EXPORT_HOW}, or give the settings as a mapping")
+            entry = project.start_recipes[i] = dict(doc["recipe"].get("values") or {})
         for key, v in entry.items():
             if not isinstance(v, (int, float, str, bool)):
                 raise ConfigError(f"{at}.{key}: {v!r} is not a setting (a number, a string or a bool); "

@@ -28,7 +28,7 @@ from sro.proposers import PROPOSERS
 from sro.pruning import Pruner, TrialPruned, pruned_cost
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
-from sro.start_recipes import StartRecipeError, next_start, start_recipe, start_recipes
+from sro.start_recipes import next_start, start_recipes
 from trainers.grpo import GRPOConfig
 from trainers.models import pick_device
 
@@ -51,12 +51,7 @@ def load_space(project: ProjectConfig, run_dir: Path, console: Console, ctx: Sea
     from sro.designer.design import write_space
 
     path = run_dir / "space.yaml"
-    local = None
-    if path.is_file():
-        try:
-            local = RecipeSpace.from_yaml(path.read_text())
-        except (SpaceError, yaml.YAMLError) as e:
-            raise SpaceError(f"{path}: {e}") from None
+    local = _written_space(run_dir)
     shared = ledger.shared_space() if ledger is not None else None
     if shared is not None and (local is None or shared.version > local.version):
         write_space(run_dir, shared)
@@ -107,6 +102,18 @@ def _progress(console: Console) -> Progress:
                     TimeElapsedColumn(), console=console)
 
 
+def _written_space(run_dir: Path) -> RecipeSpace | None:
+    """The run folder's `space.yaml` (written by `sro design`, a redesign or a person), or None if there
+    is none; `SpaceError` naming the file if it is not a space."""
+    path = run_dir / "space.yaml"
+    if not path.is_file():
+        return None
+    try:
+        return RecipeSpace.from_yaml(path.read_text())
+    except (SpaceError, yaml.YAMLError) as e:
+        raise SpaceError(f"{path}: {e}") from None
+
+
 def _retry(records: list[TrialRecord], space: RecipeSpace) -> Recipe | None:
     """The oldest recipe to run again before proposing: one whose worker died mid-trial (`interrupted`)
     or whose training the budget cut short (`stopped`), unless the study has finished or is running the
@@ -121,16 +128,8 @@ def _start_recipes(project: ProjectConfig, space: RecipeSpace, run_dir: Path, re
     """The project's start recipes in `space`. One that does not fit stops a new study (`StartRecipeError`:
     nothing has been trained yet, so the fix costs nothing); in a study with trials (resumed, or after
     a redesign that moved a bound past it) it is skipped with a note, and the search goes on."""
-    where = f"the search space v{space.version} of {run_dir}"
-    if not records:
-        return start_recipes(project.start_recipes, space, where)
-    out = []
-    for i, values in enumerate(project.start_recipes):
-        try:
-            out.append(start_recipe(values, space, f"start_recipes[{i}]", where))
-        except StartRecipeError as e:
-            log(f"[yellow]skipped[/]: {escape(str(e))}")
-    return out
+    return start_recipes(project.start_recipes, space, f"the search space v{space.version} of {run_dir}",
+                         skip=(lambda e: log(f"[yellow]skipped[/]: {escape(str(e))}")) if records else None)
 
 
 SHARED_CHECK_S = 10.0
@@ -254,13 +253,13 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         console.print(f"budget {budget} already spent ({reason}); raise --budget to search further")
         return SearchSummary(run_dir, ledger.get("base_scores", {}), history, reason)
 
-    if project.start_recipes and not history and (run_dir / "space.yaml").is_file() and ledger.shared_space() is None:
+    if project.start_recipes and not history and ledger.shared_space() is None:
         # a new study with a written space: a start recipe outside it fails now, not after the base model's
         # preparation and scoring (minutes with a real model); a designed space is checked once designed
         try:
-            written = RecipeSpace.from_yaml((run_dir / "space.yaml").read_text())
-        except (SpaceError, yaml.YAMLError):
-            written = None  # `load_space` reports it below, with the file's name
+            written = _written_space(run_dir)
+        except SpaceError:
+            written = None  # `load_space` reports it below
         if written is not None:
             _start_recipes(project, written, run_dir, history, console.print)
 

@@ -11,7 +11,7 @@ simplex. The config has already turned `sro export` files into their values (`sr
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sro.recipe import Recipe
@@ -22,10 +22,19 @@ class StartRecipeError(SpaceError):
     """A start recipe that is not a recipe of the search space: which one, what is wrong, how to fix it."""
 
 
-def start_recipes(entries: Sequence[dict[str, Any]], space: RecipeSpace, where: str) -> list[Recipe]:
+def start_recipes(entries: Sequence[dict[str, Any]], space: RecipeSpace, where: str,
+                  skip: Callable[[StartRecipeError], None] | None = None) -> list[Recipe]:
     """The project's start recipes as recipes of `space`; `where` names the space for the messages.
-    Raises `StartRecipeError` at the first that does not fit."""
-    return [start_recipe(values, space, f"start_recipes[{i}]", where) for i, values in enumerate(entries)]
+    One that does not fit raises `StartRecipeError`, or, given `skip`, is passed to it and left out."""
+    out = []
+    for i, values in enumerate(entries):
+        try:
+            out.append(start_recipe(values, space, f"start_recipes[{i}]", where))
+        except StartRecipeError as e:
+            if skip is None:
+                raise
+            skip(e)
+    return out
 
 
 def start_recipe(values: dict[str, Any], space: RecipeSpace, at: str, where: str) -> Recipe:

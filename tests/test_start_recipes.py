@@ -69,7 +69,7 @@ def test_the_project_reads_recipe_files_into_their_values(micro_project, tmp_pat
 
 @pytest.mark.parametrize("entry, needle", [
     ("missing.yaml", "start_recipes[0]: missing.yaml: no such file; write one with `sro export"),
-    ("plain.yaml", "start_recipes[0]: plain.yaml: not a recipe file (it has no recipe.values)"),
+    ("plain.yaml", "start_recipes[0]: plain.yaml: not a recipe file (it needs `project:` and `recipe:`)"),
     ("{lr: [1, 2]}", "start_recipes[0].lr: [1, 2] is not a setting"),
 ])
 def test_a_bad_start_recipe_entry_is_a_config_error(micro_project, tmp_path, entry, needle):
