@@ -54,12 +54,13 @@ def search(
     """Search recipes for PROJECT until the budget is spent; rerun to resume (finished trials are kept)."""
     from sro.budget import Budget
     from sro.config import load_project
-    from sro.search import run_search
-    from sro.proposers import PROPOSERS
 
     try:
         proj = load_project(project)
-        b = Budget.parse(budget or proj.budget)
+        b = Budget.parse(budget or proj.budget)  # bad input fails before the seconds of importing the search
+        from sro.proposers import PROPOSERS
+        from sro.search import run_search
+
         PROPOSERS.get(optimizer)
         summary = run_search(proj, b, runs, optimizer, console, pruning=pruning)
     except _user_errors() as e:
@@ -131,7 +132,8 @@ def report(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None
 
 def _show_table(run_dir: Path) -> None:
     from sro.pareto import front_numbers
-    from sro.report import _load
+    from sro.pruning import saved_budget
+    from sro.report import _load, sparkline
 
     data, records, info = _load(run_dir)
     base = info["base_scores"]
@@ -151,9 +153,6 @@ def _show_table(run_dir: Path) -> None:
     if front:
         console.print(f"front (*): trials {', '.join(map(str, sorted(front)))} — no other complete trial is at least "
                       "as good on every objective and better on one", highlight=False)
-    from sro.optimizer.hypervolume import sparkline
-    from sro.pruning import saved_budget
-
     hv = info.get("hypervolume") or {}
     if hv.get("hypervolume"):
         console.print(f"hypervolume after each complete trial: {sparkline(hv['hypervolume'])} "

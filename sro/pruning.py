@@ -25,8 +25,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import torch
-
 from sro.ledger import TrialRecord
 
 Objective = tuple[str, str]
@@ -131,16 +129,14 @@ def subset_scores(ctx: Any, model: Any, tokenizer: Any, items: int) -> dict[str,
     """Scores of `model` on the first `items` items of every benchmark of `ctx` (a `SearchContext`),
     leaving the model's train/eval mode and torch's random state as they were, so training goes on
     exactly as it would have without the evaluation."""
+    import torch  # here: `sro show` and `sro export` read `saved_budget` without loading torch
+
     small = {k: dataclasses.replace(b, items=b.items[:items]) for k, b in ctx.benchmarks.items()}
     training = model.training
-    rng = torch.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
-        return dataclasses.replace(ctx, benchmarks=small).score(model, tokenizer)
+        with torch.random.fork_rng():  # CPU and accelerator generators restored on the way out
+            return dataclasses.replace(ctx, benchmarks=small).score(model, tokenizer)
     finally:
-        torch.set_rng_state(rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
         model.train(training)
 
 

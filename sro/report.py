@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -153,3 +154,14 @@ def write_report(run_dir: str | Path) -> Path:
         [{"number": r.number, "state": r.state, "scores": r.scores, "cost": r.cost, "recipe": r.recipe.to_dict(),
           "message": r.message} for r in records], indent=1, default=str))
     return out
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """A one-line text plot of a non-negative series (for `sro show`), at most 60 characters."""
+    if not values:
+        return ""
+    step = max(1, -(-len(values) // 60))
+    vals = list(values)[::step]
+    hi = max(vals)
+    bars = "▁▂▃▄▅▆▇█"
+    return "".join(bars[min(7, int(7 * v / hi))] if hi > 0 else bars[0] for v in vals)

@@ -385,7 +385,8 @@ def test_sampler_improves_a_single_objective_study() -> None:
 
 # --- hypervolume helpers and history -------------------------------------------------------------
 def test_hypervolume_helper_and_history_by_hand() -> None:
-    from sro.optimizer.hypervolume import hypervolume, hypervolume_curve, hypervolume_history, sparkline
+    from sro.optimizer.hypervolume import hypervolume, hypervolume_curve, hypervolume_history
+    from sro.report import sparkline
 
     Y = torch.tensor([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0], [1.0, 1.0], [-1.0, 5.0]])
     assert hypervolume(Y, torch.zeros(2)) == pytest.approx(6.0)  # (-1, 5) does not dominate ref: dropped

@@ -11,7 +11,9 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+from typer.testing import CliRunner, Result
 
+from sro.cli import app
 from sro.config import load_project
 from sro.ledger import Ledger, TrialRecord
 from sro.recipe import Recipe
@@ -35,6 +37,12 @@ params:
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
     return subprocess.run([*SRO, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+
+
+def run_here(*args: str) -> Result:
+    """`sro ARGS` in this process (typer's test runner): for the wording of errors that stop before any work,
+    where a fresh interpreter would only add its start-up; every verb also has a subprocess test."""
+    return CliRunner().invoke(app, list(args))
 
 
 def _trials(run_dir: Path) -> list[dict]:
@@ -82,8 +90,8 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     assert r.returncode == 0 and "base" in r.stdout and "front (*): trials" in r.stdout
     r = run("export", str(runs / "micro"), "--trial", "0", cwd=tmp_path)
     assert r.returncode == 0 and "recipe:" in r.stdout
-    r = run("export", str(runs / "micro"), "--trial", "9", cwd=tmp_path)
-    assert r.returncode == 2 and "no trial 9" in r.stderr
+    r = run_here("export", str(runs / "micro"), "--trial", "9")
+    assert r.exit_code == 2 and "no trial 9" in r.stderr
 
     # the exported recipe reproduces outside the search
     recipe = tmp_path / "exported" / "recipe.yaml"  # --out creates the folder
@@ -92,20 +100,27 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     r = run("train", str(recipe), "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "arithmetic/add" in r.stdout and "base" in r.stdout
-    r = run("train", str(project), cwd=tmp_path)  # a project file is not a recipe
-    assert r.returncode == 2 and "not a recipe file" in r.stderr
-    # a bad recipe is refused in one line, before the base model is scored
+    r = run_here("train", str(project))  # a project file is not a recipe
+    assert r.exit_code == 2 and "not a recipe file" in r.stderr
+    # a bad recipe is refused in one line, before the base model is scored (the first in a subprocess too)
     doc = yaml.safe_load(recipe.read_text())
-    for change, needle in ((lambda d: d["recipe"]["values"].update(algorithm="ppo"), "is not a valid trainer config"),
-                           (lambda d: d.update(recipe=[1, 2]), "recipe: must be a mapping"),
-                           (lambda d: d["project"].update(sede=1), "project: sede: unknown key"),
-                           (lambda d: d["recipe"]["values"].update(lrr=1e-4), "reads 'lrr' (did you mean 'lr'?)")):
+    for i, (change, needle) in enumerate((
+            (lambda d: d["recipe"]["values"].update(algorithm="ppo"), "is not a valid trainer config"),
+            (lambda d: d.update(recipe=[1, 2]), "recipe: must be a mapping"),
+            (lambda d: d["project"].update(sede=1), "project: sede: unknown key"),
+            (lambda d: d["recipe"]["values"].update(lrr=1e-4), "reads 'lrr' (did you mean 'lr'?)"))):
         bad = yaml.safe_load(yaml.safe_dump(doc))
         change(bad)
         (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-        r = run("train", str(tmp_path / "bad.yaml"), "--runs", str(runs), cwd=tmp_path)
-        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
-        assert "scoring the base model" not in r.stdout
+        args = ("train", str(tmp_path / "bad.yaml"), "--runs", str(runs))
+        if i == 0:
+            r = run(*args, cwd=tmp_path)
+            code, out, err = r.returncode, r.stdout, r.stderr
+        else:
+            r = run_here(*args)
+            code, out, err = r.exit_code, r.stdout, r.stderr
+        assert code == 2 and needle in err and "Traceback" not in err, err[-2000:]
+        assert "scoring the base model" not in out
 
 
 def test_interrupted_trial_is_marked_and_kept_apart(micro_project, tmp_path):
@@ -313,6 +328,29 @@ def test_cli_bad_budget_exit_2(micro_project, tmp_path):
 def test_cli_missing_run_dir(tmp_path):
     r = run("report", str(tmp_path / "nope"), cwd=tmp_path)
     assert r.returncode == 2 and "no project.yaml" in r.stderr
+
+
+def test_reading_verbs_and_bad_input_do_not_load_torch(micro_project, tmp_path):
+    """`sro show`, `sro export` and a search refused for its --budget answer in about 2 s, not 5-7:
+    torch, transformers and BoTorch are loaded by the verbs that train or propose, not by these."""
+    project = load_project(micro_project("light"))
+    run_dir = tmp_path / "runs" / "light"
+    ledger = Ledger(project, run_dir)
+    (run_dir / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    trial = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
+    ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    probe = ("import sys\nfrom sro.cli import app\ntry:\n    app(sys.argv[1:])\nexcept SystemExit as e:\n"
+             "    print('EXIT', e.code)\nprint('LOADED', [m for m in ('torch', 'transformers', 'botorch') "
+             "if m in sys.modules])")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    for args, code, says in ((["show", str(run_dir)], 0, "arithmetic/add"),
+                             (["export", str(run_dir), "--trial", "0"], 0, "recipe:"),
+                             (["search", str(micro_project("light")), "--budget", "10 parsecs"], 2, "cannot parse")):
+        r = subprocess.run([sys.executable, "-c", probe, *args], cwd=tmp_path, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert f"EXIT {code}" in r.stdout and says in r.stdout + r.stderr, (args, r.stdout[-2000:], r.stderr[-2000:])
+        assert "LOADED []" in r.stdout, (args, r.stdout[-300:])
 
 
 @pytest.mark.slow

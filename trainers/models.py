@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from transformers.utils import logging as hf_logging
+if TYPE_CHECKING:
+    import torch
 
-hf_logging.disable_progress_bar()  # SRO draws its own progress; per-load bars would flood the log
+# torch and transformers are imported where a model is loaded, not here: checking a project's base_model
+# (`missing_local_folder`) and the CLI's error types must not cost their seconds of start-up
 
 
 class ModelLoadError(RuntimeError):
@@ -17,6 +19,8 @@ class ModelLoadError(RuntimeError):
 
 
 def pick_device(device: str = "auto") -> torch.device:
+    import torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if device == "cuda" and not torch.cuda.is_available():
@@ -26,6 +30,8 @@ def pick_device(device: str = "auto") -> torch.device:
 
 def pick_dtype(device: torch.device) -> torch.dtype:
     """bf16 on CUDA, fp32 on the CPU (CPU bf16 matmuls are slow and imprecise for tiny models)."""
+    import torch
+
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
@@ -39,9 +45,16 @@ def missing_local_folder(name_or_path: str) -> bool:
     return looks_like_path(name_or_path) and not Path(name_or_path).expanduser().exists()
 
 
+def _quiet_hub() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # SRO draws its own progress; per-load bars would flood the log
+
+
 def load_tokenizer(name_or_path: str | os.PathLike[str]):
     from transformers import AutoTokenizer
 
+    _quiet_hub()
     try:
         tok = AutoTokenizer.from_pretrained(str(name_or_path))
     except (OSError, ValueError) as e:
@@ -56,6 +69,7 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto"):
     """(model, tokenizer) in eval mode on the chosen device."""
     from transformers import AutoModelForCausalLM
 
+    _quiet_hub()
     dev = pick_device(device)
     src = str(name_or_path)
     if missing_local_folder(src):

@@ -118,14 +118,3 @@ def hypervolume_history(records: Sequence[TrialRecord], objectives: Sequence[tup
     ref = study_reference_point(Y, objectives, ref_point)
     return {"trials": nums, "hypervolume": [round(v, 10) for v in hypervolume_curve(Y, ref)],
             "ref_point": ref.tolist(), "objectives": [list(o) for o in objectives]}
-
-
-def sparkline(values: Sequence[float]) -> str:
-    """A one-line text plot of a non-negative series (for `sro show`), at most 60 characters."""
-    if not values:
-        return ""
-    step = max(1, -(-len(values) // 60))
-    vals = list(values)[::step]
-    hi = max(vals)
-    bars = "▁▂▃▄▅▆▇█"
-    return "".join(bars[min(7, int(7 * v / hi))] if hi > 0 else bars[0] for v in vals)
