@@ -53,6 +53,7 @@ import optuna  # noqa: E402
 import torch  # noqa: E402
 from botorch.test_functions.multi_objective import DTLZ2, BraninCurrin  # noqa: E402
 from rich.console import Console  # noqa: E402
+from scipy.stats import bootstrap  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from sro.ledger import TrialRecord  # noqa: E402
@@ -282,6 +283,8 @@ class Verdict:
     per_seed: str  # SRO's final / evaluations to reach, per seed ("" without SRO)
     matched: str  # the goal read at SRO's level: random search's evaluations to match SRO ("" without SRO)
     budgets: dict[int, tuple[float, float]]  # budget B → (random's B-evaluation median, SRO's median reach)
+    reach_interval: tuple[float, float] | None = None  # 90% bootstrap interval of SRO's median reach (inf: never;
+    # None: one seed)
 
 
 def judge(problem: str, curves: dict[tuple[str, int], list[float]], n_evals: int) -> Verdict:
@@ -304,6 +307,7 @@ def judge(problem: str, curves: dict[tuple[str, int], list[float]], n_evals: int
                       f"(goal <= {n_evals / 3:.1f})")
     per_seed = " ".join(f"{short[('sro', sd)][-1]:.3f}/{_n(evals_to_reach(short[('sro', sd)], target))}"
                         for sd in seeds)
+    reach = [evals_to_reach(short[("sro", sd)], target) for sd in seeds]
     span = len(curves[("random", seeds[0])])
     to_match = statistics.median(evals_to_reach(curves[("random", sd)], final["sro"]) for sd in seeds)
     if to_match <= span:
@@ -319,7 +323,20 @@ def judge(problem: str, curves: dict[tuple[str, int], list[float]], n_evals: int
         if b <= min(span, 3 * n_evals):
             tb = statistics.median(curves[("random", sd)][b - 1] for sd in seeds)
             budgets[b] = (tb, statistics.median(evals_to_reach(short[("sro", sd)], tb) for sd in seeds))
-    return Verdict(final, need, missed, per_seed, matched, budgets)
+    return Verdict(final, need, missed, per_seed, matched, budgets,
+                   median_interval(reach, n_evals) if len(reach) > 1 else None)
+
+
+def median_interval(values: list[float], n_evals: int, level: float = 0.9) -> tuple[float, float]:
+    """Percentile bootstrap interval (scipy) of the median of per-seed evaluations to reach: how far the
+    verdict's median could move with other seeds. "Never" counts as beyond the run (an end that is
+    beyond it is inf)."""
+    x = np.minimum(np.asarray(values, dtype=float), n_evals + 1)
+    with warnings.catch_warnings():  # identical values: a degenerate but valid interval
+        warnings.simplefilter("ignore")
+        ci = bootstrap((x,), np.median, confidence_level=level, method="percentile", n_resamples=9999,
+                       rng=np.random.default_rng(0)).confidence_interval
+    return tuple(math.inf if v > n_evals else float(v) for v in (ci.low, ci.high))
 
 
 def main() -> int:
@@ -378,6 +395,10 @@ def main() -> int:
     for p, v in verdicts.items():
         if v.per_seed:
             console.print(f"SRO per seed, {p} (final / evaluations to reach): {v.per_seed}")
+        if v.reach_interval:
+            low, high = v.reach_interval
+            console.print(f"  median evaluations to reach {_n(v.need['sro'])}, 90% bootstrap interval over the seeds "
+                          f"{_n(low)}-{_n(high)} (goal <= {n_evals / 3:.1f})")
     # every curve, for a later look without a rerun (a smoke run does not overwrite a real one's)
     out = ROOT / "runs" / ("bench-optimizer-quick.json" if args.quick else "bench-optimizer.json")
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -617,6 +617,8 @@ def test_bench_verdict_on_hand_made_curves() -> None:
     assert fast.need["random"] == math.inf  # seed 0 never within 6, seed 1 at 6
     assert fast.missed == []
     assert fast.per_seed == "0.400/2 0.300/1"
+    # bootstrap medians of (2, 1): 1, 1.5 or 2 with chances 1/4, 1/2, 1/4; the 5th and 95th percentiles
+    assert fast.reach_interval == (1.0, 2.0)
     # random search reaches 0.35 at 13 on seed 0 and never on seed 1: median beyond its 18 evaluations
     assert fast.matched == ("random search does not match SRO's 6-evaluation median 0.350 within 18 evaluations; "
                             "SRO used under 0.33 of them")
@@ -626,7 +628,9 @@ def test_bench_verdict_on_hand_made_curves() -> None:
                             12: (pytest.approx(0.25), 2.0), 18: (pytest.approx(0.4), math.inf)}
 
     slow = bench.judge("p", curves({0: [0.0, 0.0, 0.0, 0.2, 0.2, 0.2], 1: [0.0, 0.0, 0.0, 0.0, 0.3, 0.3]}), 6)
-    assert slow.need["sro"] == 4.5
+    assert slow.need["sro"] == 4.5 and slow.reach_interval == (4.0, 5.0)
+    # a seed that never reaches the target within N: the interval's end is "never", not a number
+    assert bench.median_interval([2, math.inf], 6) == (2.0, math.inf)
     assert slow.missed == ["p: SRO needs 4.5 evaluations to reach random's final hypervolume (goal <= 2.0)"]
     # random search reaches 0.25 at 13 (seed 0) and 6 (seed 1)
     assert slow.matched == "random search needs 9.5 evaluations to match SRO's 6-evaluation median 0.250; SRO used 0.63 of them"
