@@ -11,6 +11,7 @@ and on any host once the trial has recorded no heartbeat (Optuna's, in the stora
 from __future__ import annotations
 
 import logging
+import math
 import os
 import socket
 import threading
@@ -58,6 +59,8 @@ class TrialRecord:
     so_far: dict[str, float] = field(default_factory=dict)
     """A running trial's cost until its last progress record (`Ledger.progress`): wall_s, gpu_h,
     tokens; an interrupted trial's recorded cost is this."""
+    late_of: int | None = None
+    """For the late result of a trial another worker had marked interrupted: that trial's number."""
 
     @property
     def finished(self) -> bool:
@@ -257,6 +260,10 @@ class Ledger:
                curve: list[dict[str, float]], metrics: dict[str, float] | None = None) -> None:
         """`metrics`: what is measured beside the objectives (e.g. the train/held-out gap)."""
         values = [float(cost["wall_s"]) if k == "cost" else float(scores[k]) for k, _ in self.objectives]
+        bad = [k for (k, _), v in zip(self.objectives, values) if not math.isfinite(v)]
+        if bad:  # Optuna would record FAIL without a word: say which objective
+            self.fail(trial, f"objective {', '.join(bad)} is not a finite number ({scores})", cost, curve)
+            return
         self._close(trial, TrialState.COMPLETE, {**({"metrics": metrics} if metrics else {}), "scores": scores,
                                                  "cost": cost, "curve": curve}, values)
 
@@ -266,12 +273,14 @@ class Ledger:
 
     def report_intermediate(self, trial: optuna.Trial, fraction: float, values: dict[str, float]) -> None:
         """Results measured at `fraction` of the trial's steps (benchmark subsets, cost so far)."""
-        inter = dict(self.storage.get_trial(trial._trial_id).user_attrs.get("intermediate", {}))
-        inter[f"{fraction:.3f}"] = values
         try:
+            inter = dict(_again(lambda: self.storage.get_trial(trial._trial_id)).user_attrs.get("intermediate", {}))
+            inter[f"{fraction:.3f}"] = values
             _again(lambda: trial.set_user_attr("intermediate", inter))
         except UpdateFinishedTrialError:  # marked interrupted meanwhile (see `progress`): train on
             pass
+        except STORAGE_BUSY as e:  # still busy after the retries: this point is missing, the trial goes on
+            _log.warning("intermediate results of trial %s not recorded: %s", trial.number, e)
 
     def end_early(self, trial: optuna.Trial, state: str, scores: dict[str, float], cost: dict[str, float],
                   curve: list[dict[str, float]], message: str = "") -> None:
@@ -296,10 +305,15 @@ class Ledger:
         """After a trial, whatever happened: stop its heartbeat and, if no path above recorded how it
         ended (an unexpected exception), mark it interrupted so that it is run again."""
         if trial._trial_id in self._beats:  # still claimed here: read it only then (not after every trial)
-            now = self.storage.get_trial(trial._trial_id)
-            if not now.state.is_finished():
-                self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000], "interrupted": True,
-                                                     "cost": dict(now.user_attrs.get("so_far", {}))})
+            try:
+                now = _again(lambda: self.storage.get_trial(trial._trial_id))
+                if not now.state.is_finished():
+                    self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000],
+                                                         "interrupted": True,
+                                                         "cost": dict(now.user_attrs.get("so_far", {}))})
+            except STORAGE_BUSY as e:  # the storage is away: with its heartbeat stopped, the trial is
+                # marked interrupted by the next worker that looks (`recover`), after STALE_BEATS beats
+                _log.warning("trial %s could not be released: %s", trial.number, e)
         self._stop_heartbeat(trial)
 
     def _stop_heartbeat(self, trial: optuna.Trial) -> None:
@@ -309,10 +323,11 @@ class Ledger:
 
     def _close(self, trial: optuna.Trial, state: TrialState, attrs: dict[str, Any],
                values: list[float] | None = None) -> None:
-        """Stop the trial's heartbeat and record how it ended. A trial another worker has meanwhile
-        marked interrupted (its heartbeats stalled, e.g. the machine was suspended) is recorded as a
-        new trial of the same recipe, so its result is not lost."""
-        self._stop_heartbeat(trial)
+        """Record how the trial ended, then stop its heartbeat (a write that fails leaves it claimed, for
+        `release`). A trial another worker has meanwhile marked interrupted (its heartbeats stalled,
+        e.g. the machine was suspended) is recorded as a new trial of the same recipe, so its result is
+        not lost; one recorded already otherwise (by this worker: a second outcome, e.g. Ctrl-C just
+        after it finished) is left as it is."""
         try:
             for k, v in attrs.items():
                 _again(lambda k=k, v=v: trial.set_user_attr(k, v))
@@ -322,10 +337,12 @@ class Ledger:
             old = self.storage.get_trial(trial._trial_id)
             if not old.state.is_finished():
                 raise
-            kept = {k: v for k, v in old.user_attrs.items() if k not in ("message", "interrupted")}
-            self.study.add_trial(optuna.trial.create_trial(
-                state=state, values=values, params=old.params, distributions=old.distributions,
-                user_attrs={**kept, "late_of": old.number, **attrs}))
+            if old.user_attrs.get("interrupted"):  # marked by another worker while this one trained on
+                kept = {k: v for k, v in old.user_attrs.items() if k not in ("message", "interrupted")}
+                self.study.add_trial(optuna.trial.create_trial(
+                    state=state, values=values, params=old.params, distributions=old.distributions,
+                    user_attrs={**kept, "late_of": old.number, **attrs}))
+        self._stop_heartbeat(trial)
 
     def records(self) -> list[TrialRecord]:
         out = []
@@ -342,7 +359,7 @@ class Ledger:
                                    dict(a.get("cost", {})), list(a.get("curve", [])), str(a.get("message", "")),
                                    dict(a.get("metrics", {})), dict(a.get("intermediate", {})),
                                    f"{a.get('host', '?')}:{a.get('pid', '?')}", float(a.get("started", 0.0)),
-                                   dict(a.get("so_far", {}))))
+                                   dict(a.get("so_far", {})), a.get("late_of")))
         return out
 
     def spent(self, records: list[TrialRecord] | None = None) -> Spent:
@@ -350,7 +367,8 @@ class Ledger:
         the trials in training now (other workers', or this worker's own during its trial) have
         used: seconds since their claim, GPU-hours and tokens as they last recorded them."""
         all_recs = self.records() if records is None else records
-        recs = [r for r in all_recs if r.state != "running"]
+        superseded = {r.late_of for r in all_recs if r.late_of is not None}  # their late result's cost has it all
+        recs = [r for r in all_recs if r.state != "running" and r.number not in superseded]
         running = [r for r in all_recs if r.state == "running"]
         attrs = self.study.user_attrs
         setup = float(attrs.get("setup_wall_s", 0.0)) + sum(float(v) for k, v in attrs.items() if k.startswith(WORKER_TIME))
@@ -378,7 +396,7 @@ class _Heartbeat:
         while not self._stop.wait(every):
             try:
                 storage.record_heartbeat(trial_id)
-            except (StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:  # busy or away: beat again later
+            except STORAGE_ERRORS as e:  # busy or away: beat again later
                 _log.warning("heartbeat of trial id %s not recorded: %s", trial_id, e)
 
     def stop(self) -> None:
@@ -389,6 +407,8 @@ class _Heartbeat:
 STORAGE_BUSY = (StorageInternalError, sqlalchemy.exc.OperationalError)
 """What a storage under contention raises for a moment (SQLite's "database is locked", a dropped
 PostgreSQL connection): written again, not a trial's failure."""
+STORAGE_ERRORS = (StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
+"""Anything the storage raises: never a recipe's failure (a trial it ends is interrupted, run again)."""
 
 
 def _again(write: Callable[[], Any], attempts: int = 5) -> Any:

@@ -3,6 +3,7 @@ record until the budget is spent. Everything lands in the ledger as it happens, 
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 import traceback
@@ -20,8 +21,8 @@ from sro.budget import COSTS, Budget, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.designer.redesign import fits, maybe_redesign
-from sro.executor import SearchContext, TrialCollapsed, TrialFailed, run_trial
-from sro.ledger import Ledger, TrialRecord, beats_base
+from sro.executor import SearchContext, TrialCollapsed, run_trial
+from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.optimizer.hypervolume import hypervolume_history
 from sro.proposers import PROPOSERS
@@ -31,6 +32,8 @@ from sro.space import RecipeSpace, SpaceError
 from sro.start_recipes import next_start, start_recipes
 from trainers.grpo import GRPOConfig
 from trainers.models import pick_device
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -153,7 +156,11 @@ def _budget_spent(ledger: Ledger, budget: Budget, every: float | None = None) ->
         if time.monotonic() - last < every:
             return None
         last = time.monotonic()
-        return budget.over_cost(ledger.spent())
+        try:
+            return budget.over_cost(ledger.spent())
+        except STORAGE_BUSY as e:  # read again at the next check; the trial goes on
+            _log.warning("budget check skipped, storage busy: %s", e)
+            return None
 
     return spent
 
@@ -162,8 +169,9 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                       spent: Spent, pruner: Pruner | None, progress: Progress, base: dict[str, float],
                       lower: Collection[str]) -> None:
     """Train `recipe` as the claimed `trial` and record how it ended: complete, stopped by the budget,
-    pruned, collapsed or failed. Whatever happens — even an exception no path expects — the trial
-    ends recorded (then as interrupted, to be run again) and its heartbeat stops."""
+    pruned, collapsed or failed (any exception of the training itself). Whatever happens — Ctrl-C, a
+    storage that stays away — the trial ends recorded (then as interrupted, to be run again) and its
+    heartbeat stops."""
     step_task = None
     try:
         steps = int(recipe.get("steps", GRPOConfig.steps))  # the trainer's default when the recipe has none
@@ -223,7 +231,11 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
         except TrialCollapsed as e:  # the failure clock fired: stopped early, the samples it used kept
             ledger.end_early(trial, "collapsed", {}, e.cost, e.curve, str(e))
             progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
-        except (TrialFailed, ValueError, RuntimeError) as e:
+        except STORAGE_ERRORS:
+            raise  # the storage, not the recipe: released below as interrupted, and run again
+        except Exception as e:  # the recipe's own failure (diverged, out of memory, an error it triggers):
+            # recorded as failed, never run again; left `interrupted`, it would be retried first on every
+            # resume and stop every worker the same way
             msg = f"{type(e).__name__}: {e}"
             ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3), cost_so_far(), curve)
             progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")

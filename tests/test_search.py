@@ -123,6 +123,50 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
         assert "scoring the base model" not in out
 
 
+def test_a_second_outcome_a_nan_score_and_a_failed_final_write(micro_project, tmp_path, monkeypatch):
+    """Ctrl-C just after a trial finished does not add a second record of it (nor count its cost twice);
+    a NaN score is a failed trial that says which objective; a final write the storage refuses leaves
+    the trial claimed, and `release` then marks it interrupted instead of leaving it running forever;
+    a busy storage skips one intermediate record instead of ending the trial."""
+    import sqlalchemy.exc
+
+    import sro.ledger as ledger_mod
+
+    project = load_project(micro_project("outcomes"))
+    ledger = Ledger(project, tmp_path / "outcomes")
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(3, seed=0)]
+    done = ledger.start(recipes[0], space)
+    ledger.finish(done, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    ledger.interrupt(done, [], {"wall_s": 3.0})  # KeyboardInterrupt while the result was being printed
+    ledger.release(done, "its worker stopped")
+    assert [(r.number, r.state) for r in ledger.records()] == [(0, "complete")]
+    assert ledger.spent().wall_s == 3.0
+
+    nan = ledger.start(recipes[1], space)
+    ledger.finish(nan, {"arithmetic/add": float("nan")}, {"wall_s": 2.0}, [])
+    rec = ledger.records()[1]
+    assert rec.state == "failed" and "objective arithmetic/add is not a finite number" in rec.message
+
+    stuck = ledger.start(recipes[2], space)
+    busy = sqlalchemy.exc.OperationalError("UPDATE trials", {}, Exception("database is locked"))
+
+    def refuse(*a, **k):
+        raise busy
+
+    monkeypatch.setattr(ledger_mod.time, "sleep", lambda s: None)  # _again's back-off
+    with monkeypatch.context() as m:
+        m.setattr(ledger.storage, "get_trial", refuse)
+        ledger.report_intermediate(stuck, 1 / 3, {"arithmetic/add": 0.1})  # logged, not raised
+    with monkeypatch.context() as m:
+        m.setattr(ledger.study, "tell", refuse)
+        with pytest.raises(sqlalchemy.exc.OperationalError):
+            ledger.finish(stuck, {"arithmetic/add": 0.4}, {"wall_s": 1.0}, [])
+    assert ledger.records()[2].state == "running" and stuck._trial_id in ledger._beats  # still claimed
+    ledger.release(stuck, "its worker stopped during the trial (OperationalError: ...)")
+    assert ledger.records()[2].state == "interrupted" and stuck._trial_id not in ledger._beats
+
+
 def test_interrupted_trial_is_marked_and_kept_apart(micro_project, tmp_path):
     project = load_project(micro_project("orphan"))
     ledger = Ledger(project, tmp_path / "orphan")
@@ -178,7 +222,9 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     recs = b.records()
     assert [(r.number, r.state) for r in recs] == [(0, "complete"), (1, "interrupted"), (2, "complete")]
     assert recs[2].recipe.key == recipes[1].key and recs[2].scores == {"arithmetic/add": 0.25}
-    assert b.study.trials[2].user_attrs["late_of"] == 1
+    assert b.study.trials[2].user_attrs["late_of"] == 1 and recs[2].late_of == 1
+    # the late result's cost is its whole training: the interrupted record's 4 s are in it, not added
+    assert b.spent().wall_s == 2.0 + 3.0 and b.spent().tokens == 0.0
 
 
 def test_workers_share_the_later_of_the_study_space_and_their_own(micro_project, tmp_path, shared_storage):

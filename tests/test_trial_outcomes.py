@@ -63,6 +63,38 @@ def test_a_step_that_failed_on_non_finite_values_is_a_collapse_not_a_crash(micro
     assert "non-finite values" in summary.trials[0].message
 
 
+def test_an_error_of_the_recipe_fails_it_and_a_storage_error_interrupts_it(micro_project, tmp_path, monkeypatch):
+    """An exception of the training itself (here the MemoryError of a batch too large for the machine)
+    is the recipe's failure: recorded as failed with its message and never retried. Before stop 23 any
+    exception other than ValueError / RuntimeError left the trial interrupted, so every resume retried
+    the same recipe first and stopped the same way. A storage error is not the recipe's: the trial is
+    interrupted (run again) and the search stops."""
+    import sqlalchemy.exc
+
+    import sro.search as search_mod
+
+    def too_big(recipe, ctx, max_seconds=None, on_step=None, on_checkpoint=None):
+        raise MemoryError("cannot allocate 4096 x 32 rollouts")
+
+    monkeypatch.setattr(search_mod, "run_trial", too_big)
+    summary = _search(micro_project, tmp_path, "oom", "seed: 1")
+    assert [t.state for t in summary.trials] == ["failed", "failed"] and summary.stop_reason
+    assert "MemoryError: cannot allocate" in summary.trials[0].message
+    space = search_mod._written_space(tmp_path / "runs" / "oom")
+    assert search_mod._retry(summary.trials, space) is None
+
+    def storage_away(recipe, ctx, max_seconds=None, on_step=None, on_checkpoint=None):
+        raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(search_mod, "run_trial", storage_away)
+    with pytest.raises(sqlalchemy.exc.OperationalError):
+        _search(micro_project, tmp_path, "away", "seed: 2")
+    from sro.ledger import Ledger
+
+    [rec] = Ledger(load_project(micro_project("away")), tmp_path / "runs" / "away").records()
+    assert rec.state == "interrupted" and "OperationalError" in rec.message
+
+
 @pytest.mark.slow
 def test_sft_then_rl_recipe_reports_its_stage(micro_project, tmp_path):
     summary = _search(micro_project, tmp_path, "sft", "'sft.steps': 3, 'sft.batch_size': 4")
