@@ -26,6 +26,16 @@ def test_config_for_pins_identity_and_validates():
     assert dapo.aggregation == "token_mean" and dapo.mask_truncated and dapo.eps_high == 0.28 and dapo.eps_low == 0.2
     prox = config_for("proximal_kl", {"prox.horizon": 3, "staleness": 2})
     assert prox.policy_loss == "proximal_kl" and prox.prox.horizon == 3 and prox.staleness == 2
+    # ALGORITHMS.md §3: L = Σ m·ℓ / Σ m, the token mean, whatever the recipe says (not a knob of it)
+    assert prox.aggregation == "token_mean"
+    assert config_for("proximal_kl", {"aggregation": "seq_mean"}).aggregation == "token_mean"
+    # a knob the algorithm declares is the recipe's to set; its fixed value is only the default
+    grpo = config_for("grpo", {"scale_rewards": "none", "aggregation": "token_mean"})
+    assert (grpo.scale_rewards, grpo.aggregation) == ("none", "token_mean")
+    assert (config_for("grpo", {}).scale_rewards, config_for("grpo", {}).aggregation) == ("group", "seq_mean")
+    assert config_for("dapo", {"eps_high": 0.35, "eps_low": 0.1}).eps_high == 0.35
+    # ...while an undeclared field stays pinned: Dr.GRPO's constant normalizer is its identity
+    assert config_for("dr_grpo", {"aggregation": "seq_mean"}).aggregation == "fixed_len"
     with pytest.raises(KeyError, match="known: cispo, dapo"):
         config_for("ppo2", {})
     with pytest.raises(ValueError, match="group_size must be >= 2"):

@@ -72,6 +72,9 @@ def test_aggregations_by_hand():
     wider = torch.cat([loss, torch.zeros(2, 5)], -1), torch.cat([mask, torch.zeros(2, 5)], -1)
     assert AGGREGATIONS.get("fixed_len")(*wider, max_len=8).item() == pytest.approx(10.0 / (2 * 8))
     assert AGGREGATIONS.get("token_mean")(loss, mask, max_len=8).item() == pytest.approx(10.0 / 4)  # others ignore it
+    # a sequence without a trainable token (truncated, under mask_truncated) has no token mean: left out
+    empty = torch.cat([loss, torch.tensor([[5.0, 5.0, 5.0]])]), torch.cat([mask, torch.zeros(1, 3)])
+    assert AGGREGATIONS.get("seq_mean")(*empty).item() == pytest.approx((2.0 + 4.0) / 2)
 
 
 def test_one_pass_clip_equals_policy_gradient():

@@ -356,6 +356,10 @@ def test_multi_turn_config_from_recipe_values():
     # what the multi-turn trainer does not do is refused, not silently ignored
     with pytest.raises(ValueError, match="does not support staleness, num_iterations, distill.weight"):
         multi_turn_config("grpo", GRPOConfig(staleness=1, num_iterations=2, distill={"weight": 0.3}), {})
+    # an algorithm not declared for multi-turn domains: Proximal KL over one pass of fresh episodes has
+    # μ = π_prox = π_θ, i.e. it would be plain REINFORCE with its prox.* knobs doing nothing
+    with pytest.raises(ValueError, match="algorithm proximal_kl is not declared for multi-turn domains"):
+        multi_turn_config("proximal_kl", GRPOConfig(policy_loss="proximal_kl"), {})
 
 
 def test_multi_turn_batch_schedule_and_kl_to_the_base(policy):

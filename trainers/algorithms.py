@@ -42,7 +42,8 @@ class Algorithm:
     applies_to: frozenset[str]
     """Regimes it is meant for: single_turn, multi_turn, off_policy."""
     fixed: dict[str, Any] = field(default_factory=dict)
-    """GRPOConfig fields this algorithm pins (its identity: loss, scaling, aggregation)."""
+    """GRPOConfig fields this algorithm pins (its identity: loss, scaling, aggregation); for a field it also
+    declares as a knob, the default when a recipe does not set it (`config_for`)."""
     knobs: tuple[Knob, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
@@ -134,7 +135,7 @@ for algo in (
     Algorithm("cispo", "CISPO: clipped, detached importance weight on every token (arXiv 2506.13585)",
               frozenset({"single_turn", "off_policy"}), {"policy_loss": "cispo"}, COMMON + CLIP + REUSE + EXTRAS),
     Algorithm("proximal_kl", "Proximal KL: staleness weights + bounded future-KL credit (ALGORITHMS.md §3)",
-              frozenset({"single_turn", "multi_turn", "off_policy"}), {"policy_loss": "proximal_kl"},
+              frozenset({"single_turn", "off_policy"}), {"policy_loss": "proximal_kl", "aggregation": "token_mean"},
               COMMON + REUSE + PROX + EXTRAS),
     Algorithm("proas", "ProAS: reference-graph credit shaping of GRPO for multi-turn agents (ALGORITHMS.md §2)",
               frozenset({"multi_turn"}), {"policy_loss": "clip", "scale_rewards": "group", "aggregation": "seq_mean"},
@@ -169,7 +170,10 @@ def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
             raise ValueError(f"recipe value {k}={v!r} must be a number")
         if want is str and not isinstance(v, str):
             raise ValueError(f"recipe value {k}={v!r} must be a name (text)")
-    cfg.update(algo.fixed)
+    declared = {k.name for k in algo.knobs}
+    for k, v in algo.fixed.items():  # the algorithm's identity; for a knob it declares, only a default
+        if k not in declared or k not in values:
+            cfg[k] = v
     cfg.update(runtime)
     for prefix, cls in NESTED.items():
         cfg[prefix] = _settings(cls, prefix, nested[prefix])

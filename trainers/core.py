@@ -65,9 +65,10 @@ def clipped_surrogate(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Ten
 
 @AGGREGATIONS.register("seq_mean")
 def seq_mean(loss: torch.Tensor, mask: torch.Tensor, max_len: int | None = None) -> torch.Tensor:
-    """Mean over sequences of each sequence's token mean (GRPO's original aggregation)."""
+    """Mean over sequences of each sequence's token mean (GRPO's original aggregation); a sequence with no
+    trainable token (e.g. a truncated one under `mask_truncated`) has no mean and is left out."""
     per_seq = (loss * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-    return per_seq.mean()
+    return per_seq.sum() / (mask.sum(-1) > 0).sum().clamp(min=1)
 
 
 @AGGREGATIONS.register("token_mean")

@@ -21,6 +21,7 @@ import torch
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import StepInfo, normalize_command
 from evaluators.textworld_env import EpisodeResult, episode_metrics, resolve_action
+from trainers.algorithms import ALGORITHMS
 from trainers.clocks import BatchSchedule
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
 from trainers.grpo import OPTIMIZERS, GRPOConfig
@@ -426,6 +427,11 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     """The multi-turn trainer for a recipe: algorithm `proas` shapes credit with its `proas.*` knobs,
     any other algorithm broadcasts GRPO credit; `mt.<field>` for the fields in `MT_SETTINGS` sets how
     episodes are played."""
+    regimes = ALGORITHMS.get(algorithm).applies_to
+    if "multi_turn" not in regimes:  # e.g. proximal_kl: one pass over fresh episodes is plain REINFORCE to it
+        raise ValueError(f"algorithm {algorithm} is not declared for multi-turn domains (it applies to "
+                         f"{', '.join(sorted(regimes))}); use one of "
+                         f"{', '.join(n for n in ALGORITHMS.names() if 'multi_turn' in ALGORITHMS.get(n).applies_to)}")
     proas = {k[len("proas."):]: v for k, v in values.items() if k.startswith("proas.")}
     known = set(ProASConfig.__dataclass_fields__)
     if set(proas) - known:
