@@ -359,6 +359,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {ledger.withdrawal}[/]")
                 continue
             t_train = time.monotonic()
+            # proposing and claiming count before the trial starts: its wall-clock limit leaves them out
+            ledger.add_worker_time(t_train - mark)
+            mark, spent = t_train, ledger.spent()
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))

@@ -3,6 +3,7 @@ collapsed with the samples it used, loses no other trial, and an SFT → RL reci
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -160,3 +161,41 @@ def test_a_wall_clock_budget_counts_the_workers_own_time(micro_project, tmp_path
     assert Ledger(project, runs / "fast").spent().wall_s == pytest.approx(ledger.spent().wall_s)
     assert float(ledger.get(next(k for k in ledger.study.user_attrs if k.startswith(WORKER_TIME)))) == \
         pytest.approx(own[0] + 2.0, abs=0.01)
+
+
+def test_proposing_counts_before_the_trial_it_proposes(micro_project, tmp_path, monkeypatch):
+    """A trial's wall-clock limit is what the budget has left once its recipe was proposed: the proposal's
+    seconds are counted before training starts (before stop 23 they were counted only at the next loop,
+    so each trial could overshoot a wall budget by its own proposal's time)."""
+    import sro.search as search_mod
+    from sro.executor import TrialFailed
+    from sro.ledger import WORKER_TIME, Ledger
+    from sro.proposers import SobolProposer
+
+    project = load_project(micro_project("prop"))
+
+    def counted() -> float:  # the worker's own time as the storage has it now
+        attrs = Ledger(project, tmp_path / "runs" / "prop").study.user_attrs
+        return sum(float(v) for k, v in attrs.items() if k.startswith(WORKER_TIME))
+
+    events: list[tuple[str, float]] = []
+    propose = SobolProposer.propose
+
+    def slow_propose(self, history, n):
+        events.append(("proposing", counted()))
+        time.sleep(1.5)  # an LLM-assisted or cold BoTorch proposal takes seconds
+        return propose(self, history, n)
+
+    def fake_trial(recipe, ctx, max_seconds=None, on_step=None, on_checkpoint=None):
+        events.append(("training", counted()))
+        raise TrialFailed("stops at once")
+
+    monkeypatch.setattr(SobolProposer, "propose", slow_propose)
+    monkeypatch.setattr(search_mod, "run_trial", fake_trial)
+    runs = tmp_path / "runs"
+    (runs / "prop").mkdir(parents=True)
+    (runs / "prop" / "space.yaml").write_text(SPACE.format(fixed="seed: 1"))
+    run_search(project, Budget.parse("2trials,10m"), runs, "random", Console(quiet=True))
+    assert [what for what, _ in events] == ["proposing", "training"] * 2
+    for (_, before), (_, at_training) in zip(events[::2], events[1::2]):
+        assert at_training - before >= 1.5  # each proposal's seconds counted before its trial trains
