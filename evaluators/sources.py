@@ -10,9 +10,11 @@ import dataclasses
 import difflib
 import hashlib
 import json
+import math
 import random
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -68,9 +70,33 @@ def derive_seed(project_seed: int, role: str, *keys: object) -> int:
     return base + slot * STREAM_SIZE
 
 
-def extract_answer(completion: str) -> str:
-    """The model's final answer: the first line of the completion, stripped."""
-    return completion.strip().split("\n", 1)[0].strip()
+def extract_answer(completion: str, lines: int = 1) -> str:
+    """The model's final answer: the first `lines` lines of the completion (as many as the reference
+    answer has: a grid, a board or a list of moves spans several), each stripped."""
+    return "\n".join(ln.strip() for ln in completion.strip().split("\n")[:max(1, lines)])
+
+
+def answer_lines(answer: str) -> int:
+    """How many lines a reference answer spans (what `extract_answer` reads of a completion)."""
+    return str(answer).strip().count("\n") + 1
+
+
+def same_number(got: str, want: str) -> bool:
+    """Both read as finite decimal numbers and equal: integers exactly (no float rounding of long ones),
+    others within a relative 1e-6 (`0` is not `1e-7`). Underscores (`4_2`), nan and inf never match."""
+    if "_" in got + want:
+        return False
+    try:
+        a, b = Decimal(got), Decimal(want)
+    except InvalidOperation:
+        return False
+    if not (a.is_finite() and b.is_finite()):
+        return False
+    if a == b:
+        return True
+    if a == a.to_integral_value() and b == b.to_integral_value():
+        return False
+    return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=0.0)
 
 
 def normalize(text: str) -> str:
@@ -108,7 +134,8 @@ class ReasoningGymTask(Task):
         return Item(str(entry["question"]), str(entry["answer"]), self.spec.key, entry)
 
     def score(self, item: Item, completion: str) -> float:
-        return float(self.dataset.score_answer(extract_answer(completion), item.entry) or 0.0)
+        got = extract_answer(completion, answer_lines(item.answer))
+        return float(self.dataset.score_answer(got, item.entry) or 0.0)
 
 
 class JsonlTask(Task):
@@ -127,13 +154,8 @@ class JsonlTask(Task):
         return Item(str(row["question"]), str(row["answer"]), self.spec.key, dict(row))
 
     def score(self, item: Item, completion: str) -> float:
-        got, want = normalize(extract_answer(completion)), normalize(item.answer)
-        if got == want:
-            return 1.0
-        try:
-            return float(abs(float(got) - float(want)) < 1e-6)
-        except ValueError:
-            return 0.0
+        got, want = normalize(extract_answer(completion, answer_lines(item.answer))), normalize(item.answer)
+        return float(got == want or same_number(got, want))
 
 
 def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Task:

@@ -240,7 +240,7 @@ ENVIRONMENTS.add("textworld", TextWorldEnv)
 def resolve_action(text: str, admissible: list[str]) -> str:
     """The command a completion names: its first line, or the k-th choice when it is a number k."""
     cmd = normalize_command(extract_answer(text))
-    if cmd.isdigit() and 1 <= int(cmd) <= len(admissible):
+    if cmd.isdecimal() and cmd.isascii() and 1 <= int(cmd) <= len(admissible):  # not "²": isdigit, no int
         return admissible[int(cmd) - 1]
     return cmd
 

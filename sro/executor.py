@@ -103,9 +103,11 @@ class SearchContext:
             base_path = str(ensure_tiny(pairs, cache_dir, spec, pretrain_progress))
         return cls(project, base_path, benchmarks, tasks, exclude, overlap, cache_dir=Path(cache_dir))
 
-    def score(self, model, tokenizer) -> dict[str, float]:
+    def score(self, model, tokenizer, history: int = 0) -> dict[str, float]:
+        """Held-out scores; `history`: the earlier turns an agent's prompts show (the recipe's `mt.history`,
+        so a policy is scored on prompts in the format it was trained on)."""
         rt = self.project.runtime
-        return {k: (episode_score(model, tokenizer, b, rt.max_new_tokens)
+        return {k: (episode_score(model, tokenizer, b, rt.max_new_tokens, history)
                     if getattr(b.task, "multi_turn", False)  # textworld: one greedy episode per held-out game
                     else evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size).score)
                 for k, b in self.benchmarks.items()}
@@ -134,12 +136,12 @@ class SearchContext:
         return self.score(model, tok)
 
 
-def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int) -> float:
+def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: int = 0) -> float:
     """A textworld benchmark's metric (`EPISODE_METRICS`) over one greedy episode per held-out game;
     a calibration metric asks for the stated confidence at every step. An AUROC with nothing to rank
     (every episode won, or every one lost) is 0.5, so that the trial keeps a finite score."""
     key, _ = EPISODE_METRICS[b.metric]
-    v = evaluate_episodes(model, tokenizer, b.task, len(b.items), max_new_tokens,
+    v = evaluate_episodes(model, tokenizer, b.task, len(b.items), max_new_tokens, history=history,
                           confidence=b.metric in CONFIDENCE_METRICS)[key]
     return 0.5 if b.metric == "auroc" and math.isnan(v) else v
 
@@ -276,7 +278,7 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint, check_finite=True))
     train_s = time.monotonic() - t0
-    scores = ctx.score(model, tok)
+    scores = ctx.score(model, tok, history=mcfg.history)  # in the prompt format it was trained on
     wall = time.monotonic() - t0
     on_gpu = next(model.parameters()).device.type == "cuda"
     cost = {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),

@@ -417,7 +417,10 @@ runtime: {tiny_pretrain_steps: 10, threads: 1, max_new_tokens: 10}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ["proas"])
-def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, algorithm):
+def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, monkeypatch, algorithm):
+    """...and scores the held-out games with the prompt format it trained on (`mt.history` earlier turns;
+    before stop 23 the held-out episodes always showed none)."""
+    import sro.executor as executor_mod
     from sro.config import load_project
     from sro.executor import SearchContext, run_trial
     from sro.recipe import Recipe
@@ -425,9 +428,18 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     p = tmp_path / "agent.yaml"
     p.write_text(AGENT)
     ctx = SearchContext.prepare(load_project(p), tmp_path / "cache", log=lambda s: None)
-    recipe = Recipe({"lr": 1e-3, "steps": 2, "group_size": 2, "prompts_per_step": 1, "proas.lam": 0.5},
-                    {"algorithm": algorithm, "max_new_tokens": 10})
+    recipe = Recipe({"lr": 1e-3, "steps": 2, "group_size": 2, "prompts_per_step": 1, "proas.lam": 0.5,
+                     "mt.history": 1}, {"algorithm": algorithm, "max_new_tokens": 10})
+    histories: list[int] = []
+    played = executor_mod.evaluate_episodes
+
+    def evaluate_episodes(*args, history=0, **kwargs):
+        histories.append(history)
+        return played(*args, history=history, **kwargs)
+
+    monkeypatch.setattr(executor_mod, "evaluate_episodes", evaluate_episodes)
     out = run_trial(recipe, ctx)
+    assert histories == [1]
     assert set(out.scores) == {"agent/coin"} and 0.0 <= out.scores["agent/coin"] <= 1.0
     assert len(out.curve) == 2 and "graph_edges" in out.curve[-1] and out.curve[-1]["episodes"] == 4
     assert out.metrics["env_errors"] == 0

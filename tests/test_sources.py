@@ -48,3 +48,32 @@ def test_jsonl_source(tmp_path):
     assert sorted(it.question for it in items) == sorted(f"{i}+{i}?" for i in range(20))
     it = items[0]
     assert t.score(it, f" {it.answer}\nmore") == 1.0 and t.score(it, "nope") == 0.0
+
+
+
+def test_numbers_compare_exactly_or_within_a_relative_tolerance(tmp_path):
+    """A JSONL answer that reads as a number: integers exactly (a float would round a 20-digit one),
+    decimals within a relative 1e-6; `0` is not `1e-7` (an absolute 1e-6 used to say it was), and
+    `nan`, `inf` and `4_2` are not numbers here."""
+    rows = [{"question": "q", "answer": a} for a in ("12345678901234567890", "0.0000001", "nan", "42", "0.5")]
+    p = tmp_path / "n.jsonl"
+    p.write_text("\n".join(json.dumps(r) for r in rows))
+    t = make_task(SourceSpec("jsonl", str(p)), seed=0)
+    item = {it.answer: it for it in t.items(5)}
+    cases = [("12345678901234567890", "12345678901234567891", 0.0), ("0.0000001", "0", 0.0),
+             ("0.0000001", "1.0000001e-7", 1.0), ("nan", "nan", 1.0),  # the same text is the same answer
+             ("42", "4_2", 0.0), ("42", "42.0", 1.0), ("42", "42.5", 0.0), ("0.5", ".50", 1.0),
+             ("0.5", "inf", 0.0)]
+    for want, got, score in cases:
+        assert t.score(item[want], got) == score, (want, got)
+
+
+def test_a_multi_line_reference_answer_is_read_over_as_many_lines():
+    """reasoning-gym generators whose answer is a grid or a board (rotate_matrix, sudoku, n_queens, ...):
+    the completion is read over as many lines as the reference answer has. Before stop 23 only its
+    first line was, so no completion could ever score on them (found by a review)."""
+    t = make_task(SourceSpec("reasoning_gym", "rotate_matrix", {}), seed=3)
+    items = t.items(10)
+    assert all("\n" in it.answer for it in items)
+    assert all(t.score(it, f"{it.answer}\nthat is the rotated matrix") == 1.0 for it in items)
+    assert all(t.score(it, it.answer.split("\n", 1)[0]) == 0.0 for it in items)  # one row is not the grid

@@ -58,6 +58,7 @@ def test_full_text_mode_and_number_choices(task):
     st = info["step"]
     k = st.admissible.index(st.walkthrough[0]) + 1
     assert resolve_action(f"{k}\n", st.admissible) == st.walkthrough[0]
+    assert resolve_action("²", st.admissible) == "²"  # a digit str.isdigit accepts and int() refuses: a command
     _, reward, term, trunc, info = env.step(str(k))
     assert info["step"].valid and not trunc
     env.close()
