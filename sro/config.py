@@ -102,6 +102,13 @@ class BenchmarkConfig(SourceConfig):
         elif self.metric not in allowed:
             raise ValueError(f"metric {self.metric!r} does not apply to a {self.kind} benchmark; "
                              f"use {', '.join(allowed)} (or leave it out: {allowed[0]})")
+        if self.kind == "textworld" and "size" in self.model_fields_set:
+            from evaluators.textworld_env import PLAY_KEYS
+
+            games = self.config.get("games", PLAY_KEYS["games"])
+            if isinstance(games, int) and self.size > games:  # greedy replays of the same games add nothing
+                raise ValueError(f"size {self.size} is more than the benchmark's {games} held-out games (one "
+                                 f"greedy episode each); set config.games: {self.size}, or size: {games}")
         return self
 
     @property

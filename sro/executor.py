@@ -141,7 +141,10 @@ def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: 
     a calibration metric asks for the stated confidence at every step. An AUROC with nothing to rank
     (every episode won, or every one lost) is 0.5, so that the trial keeps a finite score."""
     key, _ = EPISODE_METRICS[b.metric]
-    v = evaluate_episodes(model, tokenizer, b.task, len(b.items), max_new_tokens, history=history,
+    # each distinct game once: a greedy replay of a game repeats its result (an env without a game count:
+    # the benchmark's size)
+    n_games = min(len(b.items), getattr(b.task, "n_games", len(b.items)))
+    v = evaluate_episodes(model, tokenizer, b.task, n_games, max_new_tokens, history=history,
                           confidence=b.metric in CONFIDENCE_METRICS)[key]
     return 0.5 if b.metric == "auroc" and math.isnan(v) else v
 

@@ -169,6 +169,12 @@ def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
     assert BenchmarkConfig.model_validate(data["domains"]["arithmetic"]["benchmarks"][0]).metric == "accuracy"
     msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(metric="success"))
     assert "benchmarks[0]" in msg and "metric 'success' does not apply to a reasoning_gym benchmark; use accuracy" in msg
+    # more held-out episodes than held-out games would replay the same games greedily: refused, with the fix
+    big = {"name": "coins", "textworld": "coin_collector", "size": 50, "config": {"level": 2}}
+    with pytest.raises(ValueError, match=r"size 50 is more than the benchmark's 8 held-out games .*set config.games: 50"):
+        BenchmarkConfig.model_validate(big)
+    assert BenchmarkConfig.model_validate({**big, "config": {"level": 2, "games": 50}}).size == 50
+    assert BenchmarkConfig.model_validate({k: v for k, v in big.items() if k != "size"}).size == 100  # the default
 
 
 def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):

@@ -340,11 +340,26 @@ def test_benchmark_calibration_metrics_score_the_stated_confidence(policy):
     model, tok = load_policy(policy, "cpu")
     bench = lambda metric: SimpleNamespace(task=CorridorTask(), items=[0] * 4, metric=metric)  # noqa: E731
     got = {m: episode_score(model, tok, bench(m), 5) for m in ("success", "ece", "brier", "auroc")}
-    ref = evaluate_episodes(model, tok, CorridorTask(), 4, 5, confidence=True)
+    ref = evaluate_episodes(model, tok, CorridorTask(), 1, 5, confidence=True)  # its one game, played once
     assert got["success"] == ref["success"] and got["ece"] == ref["calib_ece"] and got["brier"] == ref["calib_brier"]
     assert 0.0 <= got["ece"] <= 1.0 and 0.0 <= got["brier"] <= 1.0
-    # four greedy episodes of one game end alike: nothing to rank, so AUROC is 0.5 rather than nan
+    # one episode: nothing to rank, so AUROC is 0.5 rather than nan
     assert math.isnan(ref["calib_auroc"]) and got["auroc"] == 0.5
+    # a benchmark larger than its task's distinct games plays each game once (greedy replays add nothing)
+    played: list[int] = []
+    import sro.executor as executor_mod
+
+    def counting(model, tok, task, n_games, *a, **k):
+        played.append(n_games)
+        return {"success": 0.0}
+
+    two = SimpleNamespace(task=SimpleNamespace(n_games=2), items=[0] * 100, metric="success")
+    original, executor_mod.evaluate_episodes = executor_mod.evaluate_episodes, counting
+    try:
+        episode_score(model, tok, two, 5)
+    finally:
+        executor_mod.evaluate_episodes = original
+    assert played == [2]
 
 
 def test_multi_turn_config_from_recipe_values():
