@@ -53,8 +53,8 @@ import optuna  # noqa: E402
 import torch  # noqa: E402
 from botorch.test_functions.multi_objective import DTLZ2, BraninCurrin  # noqa: E402
 from rich.console import Console  # noqa: E402
-from scipy.stats import bootstrap  # noqa: E402
 from rich.table import Table  # noqa: E402
+from scipy.stats import bootstrap  # noqa: E402
 
 from sro.ledger import TrialRecord  # noqa: E402
 from sro.optimizer import BoTorchProposer  # noqa: E402
@@ -305,9 +305,8 @@ def judge(problem: str, curves: dict[tuple[str, int], list[float]], n_evals: int
     if need["sro"] > n_evals / 3:
         missed.append(f"{problem}: SRO needs {_n(need['sro'])} evaluations to reach random's final hypervolume "
                       f"(goal <= {n_evals / 3:.1f})")
-    per_seed = " ".join(f"{short[('sro', sd)][-1]:.3f}/{_n(evals_to_reach(short[('sro', sd)], target))}"
-                        for sd in seeds)
     reach = [evals_to_reach(short[("sro", sd)], target) for sd in seeds]
+    per_seed = " ".join(f"{short[('sro', sd)][-1]:.3f}/{_n(r)}" for sd, r in zip(seeds, reach))
     span = len(curves[("random", seeds[0])])
     to_match = statistics.median(evals_to_reach(curves[("random", sd)], final["sro"]) for sd in seeds)
     if to_match <= span:
