@@ -78,6 +78,12 @@ class TrialRecord:
         return self.state == "complete" and beats_base(self.scores, base, lower)
 
 
+RECOVERED = "recovered/"
+"""Study attribute prefix of the note `Ledger.recover` leaves on a trial it marked interrupted (message
+and cost): it ends the trial first and writes the note after, since attributes written before could
+land on a trial its owner ends at the same moment (a failed trial would then read as interrupted and
+be run again)."""
+
 WORKER_TIME = "worker_s/"
 """Study attribute prefix of each worker's own time outside training (`Ledger.add_worker_time`); studies
 from before stop 20 kept the set-up time alone, in `setup_wall_s`."""
@@ -128,6 +134,8 @@ class Ledger:
         self.heartbeat_s = int(project.heartbeat_s)
         self._worker_s: float | None = None
         self._beats: dict[int, _Heartbeat] = {}
+        self._closed: set[int] = set()
+        """Trial ids whose outcome this worker recorded (a second outcome of one of them is ignored)."""
         self.withdrawal = ""
         """Why the last `start` returned None."""
         for attempt in range(5):
@@ -192,14 +200,14 @@ class Ledger:
                 why = "interrupted: its process died"
             else:
                 continue
-            try:
-                self.storage.set_trial_user_attr(t._trial_id, "message", why)
-                self.storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-                # what it used until its last progress record stays spent
-                self.storage.set_trial_user_attr(t._trial_id, "cost", dict(t.user_attrs.get("so_far", {})))
-                self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            except UpdateFinishedTrialError:  # another worker marked it, or it finished, a moment ago
+            try:  # the state first: whoever ends a trial first owns its outcome (its owner, or this)
+                _again(lambda t=t: self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
+            except UpdateFinishedTrialError:  # another worker marked it, or its owner ended it, a moment ago
                 continue
+            # a finished trial's attributes are read-only, so the note is the study's; what it used
+            # until its last progress record stays spent
+            _again(lambda t=t, why=why: self.study.set_user_attr(
+                f"{RECOVERED}{t.number}", {"message": why, "cost": dict(t.user_attrs.get("so_far", {}))}))
             if "recipe" in t.user_attrs:
                 out.append(Recipe.from_dict(t.user_attrs["recipe"]))
         return out
@@ -333,25 +341,37 @@ class Ledger:
                 _again(lambda k=k, v=v: trial.set_user_attr(k, v))
             # values given: Optuna decides (COMPLETE, or FAIL with a warning for nan values)
             _again(lambda: self.study.tell(trial, values, state=None if values is not None else state))
+            self._closed.add(trial._trial_id)
         except (UpdateFinishedTrialError, ValueError):
             old = self.storage.get_trial(trial._trial_id)
             if not old.state.is_finished():
                 raise
-            if old.user_attrs.get("interrupted"):  # marked by another worker while this one trained on
+            if trial._trial_id not in self._closed:  # ended by another worker while this one trained on
                 kept = {k: v for k, v in old.user_attrs.items() if k not in ("message", "interrupted")}
                 self.study.add_trial(optuna.trial.create_trial(
                     state=state, values=values, params=old.params, distributions=old.distributions,
                     user_attrs={**kept, "late_of": old.number, **attrs}))
+                self._closed.add(trial._trial_id)
         self._stop_heartbeat(trial)
 
     def records(self) -> list[TrialRecord]:
         out = []
+        notes: dict[str, Any] | None = None
         for t in self.study.get_trials(deepcopy=False):
             if "recipe" not in t.user_attrs or t.user_attrs.get("withdrawn"):
                 continue
             a = t.user_attrs
             state = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running"}.get(t.state, "failed")
-            if a.get("interrupted") and t.state == TrialState.FAIL:  # not a trial that finished meanwhile
+            if t.state == TrialState.FAIL and "interrupted" not in a:
+                # ended by `recover` (its note), or by older code that wrote the note on the trial; a trial
+                # that its owner ended always has a message, so one without is a note that was not written
+                notes = self.study.user_attrs if notes is None else notes
+                note = notes.get(f"{RECOVERED}{t.number}")
+                if note is not None or "message" not in a:
+                    note = note or {"message": "interrupted: marked by another worker (its note is missing)",
+                                    "cost": a.get("so_far", {})}
+                    a = {**a, **note, "interrupted": True}
+            if a.get("interrupted") and t.state == TrialState.FAIL:
                 state = "interrupted"
             elif t.state == TrialState.PRUNED:
                 state = str(a.get("end_state", "pruned"))

@@ -227,6 +227,45 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     assert b.spent().wall_s == 2.0 + 3.0 and b.spent().tokens == 0.0
 
 
+def test_recover_racing_the_owner_leaves_the_owners_outcome(micro_project, tmp_path, monkeypatch):
+    """`recover` takes a live worker's trials for dead (as after a suspension) and the owner records
+    their outcomes at that very moment: whoever ends a trial first owns its outcome. The owner's failure
+    stays failed (read as interrupted, it would be run again) and its result carries no interruption
+    message; a trial ended by a `recover` whose note was never written still reads as interrupted."""
+    import sro.ledger as ledger_mod
+
+    project = load_project(micro_project("race"))
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(3, seed=0)]
+    owner = Ledger(project, tmp_path / "race")
+    failing, finishing, lost = (owner.start(r, space) for r in recipes)
+    for t in (failing, finishing, lost):
+        owner.progress(t, [{"reward": 0.1}], {"wall_s": 4.0, "tokens": 9.0, "gpu_h": 0.0})
+    other = Ledger(project, tmp_path / "race")
+    monkeypatch.setattr(ledger_mod, "_alive", lambda pid: False)  # the owner looks dead to `recover`
+    ending = other.storage.set_trial_state_values
+
+    def owner_ends_it_first(trial_id, state, values=None):  # the owner's outcome lands just before
+        if trial_id == failing._trial_id:
+            owner.fail(failing, "ValueError: the recipe's own error", {"wall_s": 5.0}, [])
+        elif trial_id == finishing._trial_id:
+            owner.finish(finishing, {"arithmetic/add": 0.5}, {"wall_s": 6.0}, [])
+        return ending(trial_id, state, values)
+
+    monkeypatch.setattr(other.storage, "set_trial_state_values", owner_ends_it_first)
+    assert [r.key for r in other.recover()] == [recipes[2].key]  # only the trial it ended is a retry
+    recs = other.records()
+    assert [(r.number, r.state) for r in recs] == [(0, "failed"), (1, "complete"), (2, "interrupted")]
+    assert recs[0].message == "ValueError: the recipe's own error" and recs[0].cost == {"wall_s": 5.0}
+    assert recs[1].message == "" and recs[1].cost == {"wall_s": 6.0}
+    assert recs[2].message == "interrupted: its process died" and recs[2].cost["wall_s"] == 4.0
+    other.study.set_user_attr(f"{ledger_mod.RECOVERED}2", None)  # as if `recover` died before its note
+    assert (other.records()[2].state, other.records()[2].cost) == ("interrupted", {"wall_s": 4.0, "tokens": 9.0,
+                                                                                 "gpu_h": 0.0})
+    owner.finish(lost, {"arithmetic/add": 0.25}, {"wall_s": 7.0}, [])  # the owner wakes: its result is kept
+    assert [(r.state, r.late_of) for r in other.records()][2:] == [("interrupted", None), ("complete", 2)]
+
+
 def test_workers_share_the_later_of_the_study_space_and_their_own(micro_project, tmp_path, shared_storage):
     """load_space with a ledger: the run folder's space.yaml is published to the storage; a worker whose
     folder has none, or an earlier version, takes (and writes) the study's; a later local version wins."""
