@@ -375,22 +375,28 @@ def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
 
 
 def play(env: TextEnv, act: Callable[[str, StepInfo], str]) -> EpisodeResult:
-    """Play one episode with `act(obs, info) -> command`; an env crash ends it as a logged failure."""
+    """Play one episode with `act(obs, info) -> command`. An exception of the environment (at reset or
+    at a step) ends the episode as a failure, the exception in its `reason`; one raised by `act` (the
+    policy) is the caller's and propagates."""
     invalid = steps = 0
-    st: StepInfo | None = None
     try:
-        obs, info = env.reset()
-        st = info["step"]
+        try:
+            obs, info = env.reset()
+        except Exception as e:  # any crash of the game engine: a failed episode, never a failed trial
+            return EpisodeResult(False, 0.0, 0, 0, f"env error at reset: {type(e).__name__}: {e}")
+        st: StepInfo = info["step"]
         while True:
-            obs, _, term, trunc, info = env.step(act(obs, st))
+            command = act(obs, st)
             steps += 1
+            try:
+                obs, _, term, trunc, info = env.step(command)
+            except Exception as e:
+                return EpisodeResult(False, st.score / max(st.max_score, 1e-9), steps, invalid,
+                                     f"env error: {type(e).__name__}: {e}")
             st = info["step"]
             invalid += not st.valid
             if term or trunc:
                 reason = "won" if st.won else "lost" if st.lost else "step limit"
                 return EpisodeResult(st.won, st.score / max(st.max_score, 1e-9), steps, invalid, reason)
-    except Exception as e:  # any crash of the game engine: a failed episode, never a failed trial
-        score = st.score / max(st.max_score, 1e-9) if st else 0.0
-        return EpisodeResult(False, score, steps, invalid, f"env error: {type(e).__name__}: {e}")
     finally:
         env.close()

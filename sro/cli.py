@@ -223,7 +223,7 @@ def train(
         trainer_config(rec, proj.seed, None)  # a bad recipe fails here, before the base model is scored
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         console.print("scoring the base model on the held-out benchmarks ...")
-        base = ctx.score_base()
+        base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
         out = run_trial(rec, ctx, on_step=lambda s, m: console.print(
             f"step {s}: reward {m.get('reward', float('nan')):.3f}", highlight=False) if s % 5 == 0 else None)
     except (*_user_errors(), TrialFailed) as e:
@@ -237,6 +237,8 @@ def train(
     console.print(t)
     if out.metrics:
         console.print("  ".join(f"{k}={v:.4g}" for k, v in out.metrics.items()), highlight=False)
+    for note in out.notes:
+        console.print(f"[yellow]{note}[/]", highlight=False)
 
 
 def _check_recipe_keys(rec, proj, path: Path) -> None:

@@ -51,6 +51,9 @@ class TrialOutcome:
     curve: list[dict[str, float]] = field(default_factory=list)
     metrics: dict[str, float] = field(default_factory=dict)
     """Measured beside the objectives: SFT cost, in-distribution scores and the train/held-out gap."""
+    notes: list[str] = field(default_factory=list)
+    """What the person running the search should see beside the scores (e.g. held-out episodes that
+    an environment error ended)."""
 
 
 @dataclass
@@ -103,11 +106,13 @@ class SearchContext:
             base_path = str(ensure_tiny(pairs, cache_dir, spec, pretrain_progress))
         return cls(project, base_path, benchmarks, tasks, exclude, overlap, cache_dir=Path(cache_dir))
 
-    def score(self, model, tokenizer, history: int = 0) -> dict[str, float]:
+    def score(self, model, tokenizer, history: int = 0, failures: list[str] | None = None) -> dict[str, float]:
         """Held-out scores; `history`: the earlier turns an agent's prompts show (the recipe's `mt.history`,
-        so a policy is scored on prompts in the format it was trained on)."""
+        so a policy is scored on prompts in the format it was trained on). `failures`: the held-out
+        episodes that the environment ended by an exception (scored as failures) are appended to it,
+        each as `<benchmark> game <g>: env error: ...`."""
         rt = self.project.runtime
-        return {k: (episode_score(model, tokenizer, b, rt.max_new_tokens, history)
+        return {k: (episode_score(model, tokenizer, b, rt.max_new_tokens, history, failures, k)
                     if getattr(b.task, "multi_turn", False)  # textworld: one greedy episode per held-out game
                     else evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size).score)
                 for k, b in self.benchmarks.items()}
@@ -131,21 +136,31 @@ class SearchContext:
             out[d] = sum(results) / len(results)
         return out
 
-    def score_base(self) -> dict[str, float]:
+    def score_base(self, warn: Callable[[str], None] = print) -> dict[str, float]:
+        """The base model's held-out scores; each held-out episode an environment error ended is `warn`ed."""
         model, tok = load_policy(self.base_path, self.project.runtime.device)
-        return self.score(model, tok)
+        crashed: list[str] = []
+        scores = self.score(model, tok, failures=crashed)
+        for c in crashed:
+            warn(f"base model: held-out episode scored as a failure: {c}")
+        return scores
 
 
-def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: int = 0) -> float:
+def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: int = 0,
+                  failures: list[str] | None = None, name: str = "") -> float:
     """A textworld benchmark's metric (`EPISODE_METRICS`) over one greedy episode per held-out game;
     a calibration metric asks for the stated confidence at every step. An AUROC with nothing to rank
-    (every episode won, or every one lost) is 0.5, so that the trial keeps a finite score."""
+    (every episode won, or every one lost) is 0.5, so that the trial keeps a finite score. Episodes the
+    environment crashed count as failures; their reasons go to `failures` (prefixed with `name`)."""
     key, _ = EPISODE_METRICS[b.metric]
     # each distinct game once: a greedy replay of a game repeats its result (an env without a game count:
     # the benchmark's size)
     n_games = min(len(b.items), getattr(b.task, "n_games", len(b.items)))
+    crashed: list[str] = []
     v = evaluate_episodes(model, tokenizer, b.task, n_games, max_new_tokens, history=history,
-                          confidence=b.metric in CONFIDENCE_METRICS)[key]
+                          confidence=b.metric in CONFIDENCE_METRICS, failures=crashed)[key]
+    if failures is not None:
+        failures += [f"{name or getattr(b, 'name', '')} {c}" for c in crashed]
     return 0.5 if b.metric == "auroc" and math.isnan(v) else v
 
 
@@ -281,10 +296,15 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint, check_finite=True))
     train_s = time.monotonic() - t0
-    scores = ctx.score(model, tok, history=mcfg.history)  # in the prompt format it was trained on
+    crashed: list[str] = []
+    scores = ctx.score(model, tok, history=mcfg.history, failures=crashed)  # the prompt format it trained on
     wall = time.monotonic() - t0
     on_gpu = next(model.parameters()).device.type == "cuda"
     cost = {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
             "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
-    metrics = {"episodes": float(trainer.episodes), "env_errors": float(len(trainer.failures))}
-    return TrialOutcome(scores, cost, curve, metrics)
+    metrics = {"episodes": float(trainer.episodes), "env_errors": float(len(trainer.failures)),
+               "heldout_env_errors": float(len(crashed))}
+    notes = [f"{len(trainer.failures)} training episode(s) ended by an environment error, e.g. "
+             f"{trainer.failures[0]}"] if trainer.failures else []
+    notes += [f"held-out episode scored as a failure: {c}" for c in crashed]
+    return TrialOutcome(scores, cost, curve, metrics, notes)

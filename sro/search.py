@@ -216,6 +216,8 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                 mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, lower) else ""
                 progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                        f"({out.cost['wall_s']:.0f}s) {mark}")
+            for note in out.notes:
+                progress.console.print(f"[yellow]trial {trial.number}: {note}[/]", highlight=False)
         except KeyboardInterrupt:
             ledger.interrupt(trial, curve, cost_so_far())
             progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
@@ -294,7 +296,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     base = ledger.get("base_scores")
     if base is None or ledger.get("base_path") != ctx.base_path:
         with console.status("scoring the base model on the held-out benchmarks ..."):
-            base = ctx.score_base()
+            base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
         ledger.put("base_scores", base)
         ledger.put("base_path", ctx.base_path)
     ledger.put("overlap", ctx.overlap)

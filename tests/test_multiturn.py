@@ -150,6 +150,25 @@ def test_rollout_keeps_step_records_and_survives_env_crash(policy):
     assert m["success"] == 0.0 and m["env_errors"] == 16 and len(tr.failures) == 16
 
 
+def test_a_held_out_episode_the_env_crashes_is_a_counted_and_named_failure(policy):
+    """Held-out scoring: an episode the environment ends by an exception scores as a failure, is counted
+    (`env_errors`) and its reason reaches the caller (printed beside the trial's scores)."""
+    from types import SimpleNamespace
+
+    from sro.executor import episode_score
+
+    model, tok = load_policy(policy, "cpu")
+    crashed: list[str] = []
+    m = evaluate_episodes(model, tok, CorridorTask(crash_at=1), 1, 5, failures=crashed)
+    assert (m["success"], m["env_errors"]) == (0.0, 1.0)
+    assert crashed == ["game 0: env error: RuntimeError: engine fell over"]
+    assert evaluate_episodes(model, tok, CorridorTask(), 1, 5)["env_errors"] == 0.0
+    crashed = []
+    bench = SimpleNamespace(task=CorridorTask(crash_at=1), items=[0] * 4, metric="success", name="coin")
+    assert episode_score(model, tok, bench, 5, failures=crashed, name="agent/coin") == 0.0
+    assert crashed == ["agent/coin game 0: env error: RuntimeError: engine fell over"]
+
+
 def test_expected_confidence_reads_the_digit_distribution():
     assert expected_confidence(torch.zeros(1, 10)).item() == pytest.approx(0.5)  # uniform over 0.05 .. 0.95
     one_hot = torch.full((1, 10), -1e4)
@@ -457,5 +476,5 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     assert histories == [1]
     assert set(out.scores) == {"agent/coin"} and 0.0 <= out.scores["agent/coin"] <= 1.0
     assert len(out.curve) == 2 and "graph_edges" in out.curve[-1] and out.curve[-1]["episodes"] == 4
-    assert out.metrics["env_errors"] == 0
+    assert out.metrics["env_errors"] == 0 and out.metrics["heldout_env_errors"] == 0 and out.notes == []
     assert list((tmp_path / "cache" / "textworld" / "coin_collector").glob("*.z8"))  # games cached beside the model

@@ -42,13 +42,25 @@ def test_step_limit_and_invalid_actions_are_failures(task):
 
 
 def test_env_crash_ends_episode_as_logged_failure(task):
+    """The game engine's exception ends the episode as a failure with its reason; the policy's own
+    exception is not the environment's and propagates."""
     env = task.make_env(0)
 
-    def boom(obs, st):
+    def boom(command):
         raise OSError("interpreter died")
 
-    res = play(env, boom)
-    assert not res.success and res.reason == "env error: OSError: interpreter died"
+    env.step = boom
+    res = play(env, lambda o, s: s.walkthrough[0])
+    assert (res.success, res.steps, res.reason) == (False, 1, "env error: OSError: interpreter died")
+    env = task.make_env(0)
+    env.reset = lambda **kw: boom("")
+    assert play(env, lambda o, s: s.walkthrough[0]).reason == "env error at reset: OSError: interpreter died"
+
+    def broken_policy(obs, st):
+        raise RuntimeError("CUDA out of memory")
+
+    with pytest.raises(RuntimeError, match="out of memory"):
+        play(task.make_env(0), broken_policy)
 
 
 def test_full_text_mode_and_number_choices(task):

@@ -195,13 +195,18 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
 
 
 def evaluate_episodes(model, tok, task, n_games: int, max_new_tokens: int = 8, history: int = 0,
-                      confidence: bool = False) -> dict[str, float]:
+                      confidence: bool = False, failures: list[str] | None = None) -> dict[str, float]:
     """Greedy play of one episode on each of the task's first `n_games` games: success, score, steps,
-    invalid-action rate (and calibration when `confidence`)."""
+    invalid-action rate, `env_errors` (episodes the environment ended by an exception: failures) and
+    calibration when `confidence`. `failures`: each such episode's reason is appended to it."""
     envs = [task.make_env(g) for g in range(n_games)]
     eps = play_episodes(model, tok, envs, [str(g) for g in range(n_games)], greedy=True,
                         max_new_tokens=max_new_tokens, history=history, confidence=confidence)
     out = episode_metrics([e.result for e in eps])
+    errors = [f"game {e.game}: {e.result.reason}" for e in eps if e.result.reason.startswith("env error")]
+    out["env_errors"] = float(len(errors))
+    if failures is not None:
+        failures += errors
     if confidence:
         out.update(flat_calibration(eps))
     return out
