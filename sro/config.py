@@ -250,6 +250,11 @@ class ProjectConfig(_Strict):
                 hint = difflib.get_close_matches(key, sorted(known), n=1)
                 fix = f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(sorted(known))}"
                 raise ValueError(f"objectives[{i}] names {key!r}, which is not a benchmark; {fix}")
+            better = "min" if key == "cost" else dict(self.benchmarks())[key].better
+            if obj[key] != better:  # e.g. `max` on an ECE: the search would look for the worst calibration
+                what = "the cost" if key == "cost" else f"{key}'s metric"
+                raise ValueError(f"objectives[{i}]: {key}: {obj[key]}, but {what} improves towards "
+                                 f"{'lower' if better == 'min' else 'higher'} values; write `{key}: {better}`")
         turns = {d: {src.kind == "textworld" for src in dom.sources} for d, dom in self.domains.items()}
         if any(len(k) > 1 for k in turns.values()) or len(set().union(*turns.values())) > 1:
             agent = sorted(d for d, k in turns.items() if True in k)

@@ -233,6 +233,12 @@ def test_calibration_metrics_of_a_textworld_benchmark_and_their_directions(micro
     assert proj.objective_directions() == [("agent/win", "max"), ("agent/ece", "min"), ("agent/auroc", "max"),
                                            ("cost", "min")]
     assert proj.lower_is_better() == {"agent/ece"}
+    # an objective stated against its metric's direction would search for the worst model
+    for key, wrong, fix in (("agent/ece", "max", "agent/ece: min"), ("agent/win", "min", "agent/win: max")):
+        with pytest.raises(ValueError, match=f"improves towards .* values; write `{fix}`"):
+            ProjectConfig.model_validate({"name": "a", "domains": {"agent": agent}, "objectives": [{key: wrong}]})
+    msg = _err(micro_project, lambda d: d.update(objectives=[{"arithmetic/add": "max"}, {"cost": "max"}]))
+    assert "objectives[1]: cost: max, but the cost improves towards lower values; write `cost: min`" in msg
     msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(metric="ece"))
     assert "metric 'ece' does not apply to a reasoning_gym benchmark; use accuracy" in msg
 
