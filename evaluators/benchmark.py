@@ -18,6 +18,9 @@ class BenchmarkResult:
     n: int
     examples: list[tuple[str, str, str]]
     """A few (question, expected, got) triples, for the report."""
+    cut_off: float = 0.0
+    """Share of the items graded wrong whose completion was cut off (no end of sequence within the
+    completion length): answers the length may have cost."""
 
 
 @dataclass
@@ -40,11 +43,15 @@ class Benchmark:
         """Normalized questions, for keeping them out of every training stream."""
         return {normalize(it.question) for it in self.items}
 
-    def grade(self, completions: Sequence[str]) -> BenchmarkResult:
-        if len(completions) != len(self.items):
-            raise ValueError(f"{self.name}: got {len(completions)} completions for {len(self.items)} items")
+    def grade(self, completions: Sequence[str], truncated: Sequence[bool] | None = None) -> BenchmarkResult:
+        """`truncated`: per completion, whether it was cut off at the completion length (for `cut_off`)."""
+        if len(completions) != len(self.items) or (truncated is not None and len(truncated) != len(completions)):
+            raise ValueError(f"{self.name}: got {len(completions)} completions "
+                             f"({'-' if truncated is None else len(truncated)} truncation flags) for "
+                             f"{len(self.items)} items")
         rewards = [self.task.score(it, c) for it, c in zip(self.items, completions)]
         correct = [r >= 1.0 for r in rewards]
         ex = [(it.question, it.answer, c) for it, c in zip(self.items[:5], completions[:5])]
         n = len(rewards)
-        return BenchmarkResult(self.name, sum(correct) / n, sum(rewards) / n, n, ex)
+        cut = sum(not ok and t for ok, t in zip(correct, truncated)) / n if truncated is not None else 0.0
+        return BenchmarkResult(self.name, sum(correct) / n, sum(rewards) / n, n, ex, cut)

@@ -57,6 +57,31 @@ class TrialOutcome:
 
 
 @dataclass
+class HeldOutNotes:
+    """What held-out scoring saw beside the scores (`SearchContext.score` fills it)."""
+
+    crashed: list[str] = field(default_factory=list)
+    """Held-out episodes that an environment error ended (scored as failures): `<benchmark> game <g>: env error: ...`."""
+    cut_off: dict[str, float] = field(default_factory=dict)
+    """Per single-turn benchmark: the share of its items graded wrong whose completion was cut off at
+    `max_new_tokens` (no end of sequence)."""
+
+    CUT_OFF_NOTE = 0.1
+    """A benchmark with at least this share of cut-off wrong answers gets a note."""
+
+    def metrics(self, multi_turn: bool) -> dict[str, float]:
+        out = {"heldout_env_errors": float(len(self.crashed))} if multi_turn else {}
+        return out | {f"cut_off/{k}": round(v, 4) for k, v in self.cut_off.items()}
+
+    def lines(self, max_new_tokens: int) -> list[str]:
+        """Notes for the person running the search."""
+        return ([f"held-out episode scored as a failure: {c}" for c in self.crashed]
+                + [f"{k}: {v:.0%} of the held-out answers were cut off at max_new_tokens={max_new_tokens} and "
+                   "graded wrong; if the answers need more tokens, raise runtime.max_new_tokens"
+                   for k, v in self.cut_off.items() if v >= self.CUT_OFF_NOTE])
+
+
+@dataclass
 class SearchContext:
     """Everything trials share: benchmarks, training streams and the base model's location."""
 
@@ -106,16 +131,20 @@ class SearchContext:
             base_path = str(ensure_tiny(pairs, cache_dir, spec, pretrain_progress))
         return cls(project, base_path, benchmarks, tasks, exclude, overlap, cache_dir=Path(cache_dir))
 
-    def score(self, model, tokenizer, history: int = 0, failures: list[str] | None = None) -> dict[str, float]:
+    def score(self, model, tokenizer, history: int = 0, notes: HeldOutNotes | None = None) -> dict[str, float]:
         """Held-out scores; `history`: the earlier turns an agent's prompts show (the recipe's `mt.history`,
-        so a policy is scored on prompts in the format it was trained on). `failures`: the held-out
-        episodes that the environment ended by an exception (scored as failures) are appended to it,
-        each as `<benchmark> game <g>: env error: ...`."""
+        so a policy is scored on prompts in the format it was trained on); `notes`: filled with what the
+        scoring saw beside the scores (crashed episodes, answers cut off at `max_new_tokens`)."""
         rt = self.project.runtime
-        return {k: (episode_score(model, tokenizer, b, rt.max_new_tokens, history, failures, k)
-                    if getattr(b.task, "multi_turn", False)  # textworld: one greedy episode per held-out game
-                    else evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size).score)
-                for k, b in self.benchmarks.items()}
+        notes = HeldOutNotes() if notes is None else notes
+        out = {}
+        for k, b in self.benchmarks.items():
+            if getattr(b.task, "multi_turn", False):  # textworld: one greedy episode per held-out game
+                out[k] = episode_score(model, tokenizer, b, rt.max_new_tokens, history, notes.crashed, k)
+            else:
+                res = evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size)
+                out[k], notes.cut_off[k] = res.score, res.cut_off
+        return out
 
     def pass_rates(self) -> dict[str, float]:
         """The base model's pass rate per training question (k samples each; cached on disk)."""
@@ -137,12 +166,12 @@ class SearchContext:
         return out
 
     def score_base(self, warn: Callable[[str], None] = print) -> dict[str, float]:
-        """The base model's held-out scores; each held-out episode an environment error ended is `warn`ed."""
+        """The base model's held-out scores; what the scoring noticed (`HeldOutNotes.lines`) is `warn`ed."""
         model, tok = load_policy(self.base_path, self.project.runtime.device)
-        crashed: list[str] = []
-        scores = self.score(model, tok, failures=crashed)
-        for c in crashed:
-            warn(f"base model: held-out episode scored as a failure: {c}")
+        notes = HeldOutNotes()
+        scores = self.score(model, tok, notes=notes)
+        for line in notes.lines(self.project.runtime.max_new_tokens):
+            warn(f"base model: {line}")
         return scores
 
 
@@ -270,14 +299,16 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
         raise TrialCollapsed(trainer.collapse, cost(), curve)
     if trainer.collapse:  # kept training on purpose (stop_on_collapse false): scored, and flagged
         metrics["collapsed_at_samples"] = float(next(m["samples"] for m in curve if m.get("collapsed")))
-    scores = ctx.score(model, tok)
+    notes = HeldOutNotes()
+    scores = ctx.score(model, tok, notes=notes)
+    metrics.update(notes.metrics(multi_turn=False))
     if cfg.distill.weight > 0:  # self-distillation's gains may not generalize: always measure the gap
         for d, s in ctx.score_in_distribution(model, tok).items():
             held = [v for k, v in scores.items() if k.split("/")[0] == d]
             metrics[f"train_score/{d}"] = round(s, 4)
             if held:
                 metrics[f"gap/{d}"] = round(s - sum(held) / len(held), 4)
-    return TrialOutcome(scores, cost(), curve, metrics)
+    return TrialOutcome(scores, cost(), curve, metrics, notes.lines(project.runtime.max_new_tokens))
 
 
 def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,
@@ -296,15 +327,14 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint, check_finite=True))
     train_s = time.monotonic() - t0
-    crashed: list[str] = []
-    scores = ctx.score(model, tok, history=mcfg.history, failures=crashed)  # the prompt format it trained on
+    notes = HeldOutNotes()
+    scores = ctx.score(model, tok, history=mcfg.history, notes=notes)  # the prompt format it trained on
     wall = time.monotonic() - t0
     on_gpu = next(model.parameters()).device.type == "cuda"
     cost = {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
             "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
     metrics = {"episodes": float(trainer.episodes), "env_errors": float(len(trainer.failures)),
-               "heldout_env_errors": float(len(crashed))}
-    notes = [f"{len(trainer.failures)} training episode(s) ended by an environment error, e.g. "
+               **notes.metrics(multi_turn=True)}
+    lines = [f"{len(trainer.failures)} training episode(s) ended by an environment error, e.g. "
              f"{trainer.failures[0]}"] if trainer.failures else []
-    notes += [f"held-out episode scored as a failure: {c}" for c in crashed]
-    return TrialOutcome(scores, cost, curve, metrics, notes)
+    return TrialOutcome(scores, cost, curve, metrics, lines + notes.lines(ctx.project.runtime.max_new_tokens))

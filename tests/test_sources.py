@@ -25,6 +25,9 @@ def test_verifier_is_both_reward_and_score():
     assert b.grade(wrong).score == 0.0
     half = right[:5] + wrong[5:]
     assert b.grade(half).score == 0.5
+    # cut off at the completion length: only the wrong answers count (a right one was not cost anything)
+    assert b.grade(half).cut_off == 0.0
+    assert b.grade(half, [True] * 3 + [False] * 4 + [True] * 3).cut_off == 0.3  # items 7-9 are wrong and cut
 
 
 def test_mixture_skips_heldout_questions_and_follows_weights():

@@ -290,3 +290,29 @@ def test_sft_stage_trains_on_verified_answers_only(tiny):
     assert out["sft_samples"] == 960 and out["sft_loss"] < 0.4 * out["sft_loss_first"]
     with pytest.raises(ValueError, match="steps >= 0"):
         SFTConfig(steps=-1)
+
+
+def test_held_out_answers_cut_off_at_the_completion_length_are_counted_and_noted(tiny):
+    """An untrained model rarely ends its answer: at 2 new tokens nearly every held-out completion is
+    cut off and wrong, which the result counts (`cut_off`) and the trial's notes say, naming the fix."""
+    from evaluators.benchmark import Benchmark
+    from sro.executor import HeldOutNotes
+    from trainers.evaluate import complete, evaluate
+
+    bench = Benchmark.build("b", SourceSpec("reasoning_gym", "basic_arithmetic",
+                                            {"min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": ["+"]}),
+                            12, project_seed=0, domain="a")
+    model = _model(tiny)
+    flags: list[bool] = []
+    texts = complete(model, tiny[1], [it.question for it in bench.items], 2, 5, flags)  # two batches
+    assert len(flags) == 12 and sum(flags) >= 10
+    res = evaluate(model, tiny[1], bench, 2, 5)
+    wrong = [bench.task.score(it, t) < 1.0 for it, t in zip(bench.items, texts)]
+    assert res.cut_off == sum(w and f for w, f in zip(wrong, flags)) / 12 >= 10 / 12
+    notes = HeldOutNotes(["agent/coin game 1: env error: OSError: x"], {"a/b": res.cut_off, "a/c": 0.05})
+    assert notes.metrics(multi_turn=False) == {"cut_off/a/b": round(res.cut_off, 4), "cut_off/a/c": 0.05}
+    assert notes.metrics(multi_turn=True)["heldout_env_errors"] == 1.0
+    lines = notes.lines(2)
+    assert lines[0] == "held-out episode scored as a failure: agent/coin game 1: env error: OSError: x"
+    assert len(lines) == 2 and lines[1].startswith(f"a/b: {res.cut_off:.0%} of the held-out answers were cut off at "
+                                                   "max_new_tokens=2") and "raise runtime.max_new_tokens" in lines[1]
