@@ -91,8 +91,8 @@ class SearchContext:
     tasks: dict[str, list[Task]]
     exclude: set[str]
     overlap: dict[str, float] = field(default_factory=dict)
-    """Per benchmark: share of its questions that also occur among the first OVERLAP_PROBE items of
-    its domain's training streams (same text, other seeds: small problem spaces repeat)."""
+    """Per benchmark: share of its questions that also occur among the first OVERLAP_PROBE items of the
+    training streams (same text, other seeds: small problem spaces repeat; `held_out_overlap`)."""
     cache_dir: Path = Path("runs/.cache")
     """Where per-base-model tables (the processing operators' pass rates) are cached."""
 
@@ -113,11 +113,8 @@ class SearchContext:
                             for i, s in enumerate(dom.sources)]
         decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks if b.decontaminate}
         exclude = set().union(*(b.questions() for k, b in benchmarks.items() if k in decon))
-        seen = {d: {normalize(t.item(i).question) for t in ts for i in range(OVERLAP_PROBE)} for d, ts in tasks.items()}
-        overlap = {}
-        for key, bench in benchmarks.items():
-            seen_here = seen[key.split("/")[0]]
-            overlap[key] = round(len((bench.questions() - exclude) & seen_here) / max(1, len(bench.questions())), 3)
+        overlap = held_out_overlap(benchmarks, tasks, exclude)
+        for key in benchmarks:
             if overlap[key] > 0:
                 log(f"{key}: {overlap[key]:.0%} of its questions also occur in training streams (disjoint seeds, "
                     "small problem space); `decontaminate: true` excludes them from training")
@@ -173,6 +170,17 @@ class SearchContext:
         for line in notes.lines(self.project.runtime.max_new_tokens):
             warn(f"base model: {line}")
         return scores
+
+
+def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]], exclude: set[str],
+                     probe: int = OVERLAP_PROBE) -> dict[str, float]:
+    """Per benchmark: the share of its questions that also occur among the first `probe` items of any
+    domain's training streams (the mixture and the tiny model's pre-training draw from every domain;
+    until stop 24 only the benchmark's own domain was probed), its `exclude`d (decontaminated)
+    questions left out: no stream serves them."""
+    seen = {normalize(t.item(i).question) for ts in tasks.values() for t in ts for i in range(probe)}
+    return {key: round(len((b.questions() - exclude) & seen) / max(1, len(b.questions())), 3)
+            for key, b in benchmarks.items()}
 
 
 def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: int = 0,

@@ -363,8 +363,8 @@ class Ledger:
             a = t.user_attrs
             state = {TrialState.COMPLETE: "complete", TrialState.RUNNING: "running"}.get(t.state, "failed")
             if t.state == TrialState.FAIL and "interrupted" not in a:
-                # ended by `recover` (its note), or by older code that wrote the note on the trial; a trial
-                # that its owner ended always has a message, so one without is a note that was not written
+                # ended by `recover`: its note is a study attribute (studies from before stop 24 have it on
+                # the trial). A trial its owner ended always has a message: one without lost its note
                 notes = self.study.user_attrs if notes is None else notes
                 note = notes.get(f"{RECOVERED}{t.number}")
                 if note is not None or "message" not in a:

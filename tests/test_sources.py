@@ -3,7 +3,7 @@ from __future__ import annotations
 import json
 
 from evaluators.benchmark import Benchmark
-from evaluators.sources import STREAM_SIZE, SourceSpec, derive_seed, make_task
+from evaluators.sources import STREAM_SIZE, SourceSpec, derive_seed, make_task, normalize
 from trainers.mixture import Mixture
 
 ARITH = SourceSpec("reasoning_gym", "basic_arithmetic",
@@ -80,3 +80,23 @@ def test_a_multi_line_reference_answer_is_read_over_as_many_lines():
     assert all("\n" in it.answer for it in items)
     assert all(t.score(it, f"{it.answer}\nthat is the rotated matrix") == 1.0 for it in items)
     assert all(t.score(it, it.answer.split("\n", 1)[0]) == 0.0 for it in items)  # one row is not the grid
+
+
+def test_held_out_overlap_probes_every_domains_streams():
+    """A benchmark's questions that another domain's stream also serves count as overlap: the mixture
+    draws from every domain (until stop 24 only the benchmark's own domain was probed, and this read 0).
+    Decontaminated questions, which no stream serves, do not count."""
+    from sro.executor import held_out_overlap
+
+    one_digit = SourceSpec("reasoning_gym", "basic_arithmetic",
+                           {"min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": ["+"]})
+    words = SourceSpec("reasoning_gym", "spell_backward", {"min_word_len": 3, "max_word_len": 4})
+    bench = Benchmark.build("b", one_digit, 30, project_seed=0, domain="a")
+    tasks = {"a": [make_task(words, derive_seed(0, "train", "a", 0))],
+             "b": [make_task(one_digit, derive_seed(0, "train", "b", 0))]}
+    got = held_out_overlap({"a/b": bench}, tasks, set(), probe=500)["a/b"]
+    assert got > 0.5  # one-digit sums: 100 distinct questions, 500 draws serve most of them
+    served = {normalize(tasks["b"][0].item(i).question) for i in range(500)}
+    assert got == round(len(bench.questions() & served) / len(bench.questions()), 3)
+    assert held_out_overlap({"a/b": bench}, {"a": tasks["a"]}, set(), probe=500)["a/b"] == 0.0
+    assert held_out_overlap({"a/b": bench}, tasks, bench.questions(), probe=500)["a/b"] == 0.0
