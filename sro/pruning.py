@@ -102,12 +102,13 @@ class Pruner:
         return n if n >= self.min_dominating else 0
 
     def hook(self, ctx: Any, steps: int, history: Sequence[TrialRecord],
-             report: Callable[[float, dict[str, float]], None]) -> Callable[[int, Any, Any], None]:
+             report: Callable[[float, dict[str, float]], None], turns: int = 0) -> Callable[[int, Any, Any], None]:
         """The `on_checkpoint(step, model, tokenizer)` callback for `run_trial`.
 
         At each checkpoint it scores the model on benchmark subsets (`subset_scores`), adds the cost so
         far, hands the values to `report` (the ledger) and raises `TrialPruned` when the rule says so.
-        `history` is the study's trials before this one.
+        `history` is the study's trials before this one; `turns`: the earlier turns an agent's prompts
+        show (the recipe's `mt.history`), as in its final scoring.
         """
         points = self.checkpoints(steps)
         t0 = time.monotonic()
@@ -116,7 +117,8 @@ class Pruner:
             if step not in points:
                 return
             f = points[step]
-            values = {**subset_scores(ctx, model, tokenizer, self.items), "cost": round(time.monotonic() - t0, 2)}
+            values = {**subset_scores(ctx, model, tokenizer, self.items, turns),
+                      "cost": round(time.monotonic() - t0, 2)}
             report(f, values)
             n = self.should_prune(values, self.earlier(history, f))
             if n:
@@ -125,17 +127,17 @@ class Pruner:
         return on_checkpoint
 
 
-def subset_scores(ctx: Any, model: Any, tokenizer: Any, items: int) -> dict[str, float]:
-    """Scores of `model` on the first `items` items of every benchmark of `ctx` (a `SearchContext`),
-    leaving the model's train/eval mode and torch's random state as they were, so training goes on
-    exactly as it would have without the evaluation."""
+def subset_scores(ctx: Any, model: Any, tokenizer: Any, items: int, turns: int = 0) -> dict[str, float]:
+    """Scores of `model` on the first `items` items of every benchmark of `ctx` (a `SearchContext`;
+    `turns`: its `score`'s `history`), leaving the model's train/eval mode and torch's random state as
+    they were, so training goes on exactly as it would have without the evaluation."""
     import torch  # here: `sro show` and `sro export` read `saved_budget` without loading torch
 
     small = {k: dataclasses.replace(b, items=b.items[:items]) for k, b in ctx.benchmarks.items()}
     training = model.training
     try:
         with torch.random.fork_rng():  # CPU and accelerator generators restored on the way out
-            return dataclasses.replace(ctx, benchmarks=small).score(model, tokenizer)
+            return dataclasses.replace(ctx, benchmarks=small).score(model, tokenizer, history=turns)
     finally:
         model.train(training)
 

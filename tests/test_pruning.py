@@ -74,9 +74,12 @@ class _Ctx:
 
     benchmarks: dict[str, _Bench]
 
-    def score(self, model, tok) -> dict[str, float]:
+    turns: list[int] = dataclasses.field(default_factory=list)
+
+    def score(self, model, tok, history: int = 0) -> dict[str, float]:
         torch.rand(5)  # like sampling would: the hook must restore the RNG state
         model.eval()
+        self.turns.append(history)
         return {k: len(b.items) / 100 for k, b in self.benchmarks.items()}
 
 
@@ -102,6 +105,10 @@ def test_hook_scores_subsets_reports_and_prunes() -> None:
         hook(10, model, None)
     assert e.value.values["a/x"] == 0.2 and e.value.step == 10
     assert subset_scores(ctx, model, None, 7) == {"a/x": 0.07} and len(ctx.benchmarks["a/x"].items) == 100
+    # an agent recipe's intermediate episodes show its `mt.history` turns, as its final scoring does
+    ctx.turns.clear()
+    p.hook(ctx, 30, [], lambda f, v: None, turns=2)(10, model, None)
+    assert ctx.turns == [2]
 
 
 def test_pruned_cost_and_saved_budget() -> None:
