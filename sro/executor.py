@@ -7,7 +7,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
 import torch
@@ -95,6 +95,8 @@ class SearchContext:
     training streams (same text, other seeds: small problem spaces repeat; `held_out_overlap`)."""
     cache_dir: Path = Path("runs/.cache")
     """Where per-base-model tables (the processing operators' pass rates) are cached."""
+    score_s: float = 0.0
+    """Seconds the last full held-out scoring (`score`) took: what a trial's time limit keeps for it."""
 
     @classmethod
     def prepare(cls, project: ProjectConfig, cache_dir: str | Path,
@@ -134,6 +136,7 @@ class SearchContext:
         scoring saw beside the scores (crashed episodes, answers cut off at `max_new_tokens`)."""
         rt = self.project.runtime
         notes = HeldOutNotes() if notes is None else notes
+        t = time.monotonic()
         out = {}
         for k, b in self.benchmarks.items():
             if getattr(b.task, "multi_turn", False):  # textworld: one greedy episode per held-out game
@@ -141,6 +144,7 @@ class SearchContext:
             else:
                 res = evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size)
                 out[k], notes.cut_off[k] = res.score, res.cut_off
+        self.score_s = time.monotonic() - t
         return out
 
     def pass_rates(self) -> dict[str, float]:
@@ -199,6 +203,16 @@ def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: 
     if failures is not None:
         failures += [f"{name or getattr(b, 'name', '')} {c}" for c in crashed]
     return 0.5 if b.metric == "auroc" and math.isnan(v) else v
+
+
+def training_limit(cfg: GRPOConfig, t0: float, scoring_s: float) -> GRPOConfig:
+    """`cfg` with the trainer's own time limit: what is left of the trial's `max_seconds` (counted from
+    `t0`, the trial's start) after loading the model and any SFT stage, less `scoring_s`, the time the
+    held-out scoring after training is expected to take (the last full scoring's). Until stop 24 the
+    trainer had the whole limit, so a trial overran a wall-clock budget by its set-up and scoring."""
+    if cfg.max_seconds is None:
+        return cfg
+    return replace(cfg, max_seconds=max(0.0, cfg.max_seconds - (time.monotonic() - t0) - scoring_s))
 
 
 def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, **runtime) -> GRPOConfig:
@@ -292,7 +306,7 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
         metrics = sft(model, tok, mixture, sft_config_for(values, seed=cfg.seed))
     except (ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key}: SFT stage: {e}") from None
-    trainer = GRPOTrainer(model, tok, cfg, mixture)
+    trainer = GRPOTrainer(model, tok, training_limit(cfg, t0, ctx.score_s), mixture)
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
     train_s = time.monotonic() - t0
@@ -328,7 +342,8 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
     if not all(getattr(t, "multi_turn", False) for t in tasks):
         raise TrialFailed("a project cannot yet mix textworld and single-turn domains; put them in separate projects")
     try:
-        mcfg = multi_turn_config(str(recipe.get("algorithm", "grpo")), cfg, {**recipe.fixed, **recipe.values})
+        mcfg = multi_turn_config(str(recipe.get("algorithm", "grpo")), training_limit(cfg, t0, ctx.score_s),
+                                 {**recipe.fixed, **recipe.values})
     except (ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key} is not a valid multi-turn config: {e}") from None
     trainer = MultiTurnTrainer(model, tok, mcfg, tasks)

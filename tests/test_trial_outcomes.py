@@ -199,3 +199,35 @@ def test_proposing_counts_before_the_trial_it_proposes(micro_project, tmp_path, 
     assert [what for what, _ in events] == ["proposing", "training"] * 2
     for (_, before), (_, at_training) in zip(events[::2], events[1::2]):
         assert at_training - before >= 1.5  # each proposal's seconds counted before its trial trains
+
+
+@pytest.mark.slow
+def test_a_trials_time_limit_leaves_room_for_its_set_up_and_its_scoring(micro_project, tmp_path, monkeypatch):
+    """The trainer's own time limit is what is left of the trial's `max_seconds` after loading the model
+    and the SFT stage, less the last held-out scoring's seconds, so a trial cut by a wall-clock budget
+    ends (scored) near the budget instead of overrunning it by its set-up and scoring."""
+    import sro.executor as ex
+    from sro.recipe import Recipe
+
+    ctx = ex.SearchContext.prepare(load_project(micro_project("limit")), tmp_path / "cache", log=lambda s: None)
+    assert ctx.score_s == 0.0
+    ctx.score_base()
+    scoring_s = ctx.score_s
+    assert scoring_s > 0
+    limits: list[float | None] = []
+    real = ex.GRPOTrainer
+
+    def trainer(model, tok, cfg, mixture):
+        limits.append(cfg.max_seconds)
+        return real(model, tok, cfg, mixture)
+
+    monkeypatch.setattr(ex, "GRPOTrainer", trainer)
+    recipe = Recipe({"lr": 1e-3, "steps": 2, "group_size": 4, "prompts_per_step": 4},
+                    {"algorithm": "grpo", "max_new_tokens": 4, "sft.steps": 3, "sft.batch_size": 4})
+    t0 = time.monotonic()
+    out = ex.run_trial(recipe, ctx, max_seconds=1000.0)
+    whole = time.monotonic() - t0
+    assert 1000.0 - whole - scoring_s <= limits[0] < 1000.0 - scoring_s  # the load and SFT seconds are gone
+    assert len(out.curve) == 2 and out.metrics["sft_steps"] == 3
+    ex.run_trial(recipe, ctx)  # no limit: none for the trainer either
+    assert limits[1] is None
