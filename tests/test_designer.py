@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -423,3 +424,42 @@ def test_llm_design_states_the_confidence_when_a_benchmark_grades_it(llm, tmp_pa
     graded = graded.model_copy(update={"designer": _llm_project(llm.url).designer})
     space = design_llm(build_catalog(graded), graded, tmp_path / "d")
     assert space.designer == "llm" and space.fixed["mt.confidence"] is True
+
+
+def test_llm_answers_outside_the_catalogs_declarations_are_refused_or_mended():
+    """What `review` checks beyond names: an unhashable algorithm (it used to crash with a TypeError
+    instead of going back to the model), a numeric knob of the wrong kind, a fixed value or a grid
+    point outside the declared range, a simplex that is not a whole group; and a condition on a
+    parent the space fixes is decided at once (it used to be dropped, so the knob was searched under
+    every algorithm)."""
+    from sro.designer.llm import SpaceAnswer, review
+
+    catalog, project = build_catalog(_math_project()), _math_project()
+    base = {"params": [{"name": "lr", "kind": "float", "low": 1e-5, "high": 1e-3, "log": True, "why": "x"}],
+            "simplexes": [{"name": "mixture", "members": ["mix.arithmetic", "mix.multiplication"], "why": "x"}]}
+
+    def check(**change):
+        return review(SpaceAnswer.model_validate({**base, **change}), catalog, project)
+
+    for change, needle in (
+            ({"fixed": {"algorithm": ["grpo"]}}, "fixed algorithm ['grpo'] is unknown"),
+            ({"params": [{"name": "algorithm", "kind": "categorical", "choices": [{"name": "grpo"}], "why": "x"}]},
+             "unknown algorithm"),
+            ({"params": [{"name": "group_size", "kind": "float", "low": 2, "high": 8, "why": "x"}]},
+             "'group_size' is declared int, not float"),
+            ({"fixed": {"lr": 5.0}}, "fixed lr: 5.0 is not a declared float value"),
+            ({"fixed": {"group_size": 7.3}}, "fixed group_size: 7.3 is not a declared int value"),
+            ({"params": [{"name": "lr", "kind": "categorical", "choices": [0.5, 3.0], "why": "x"}]},
+             "no choice of [0.5, 3.0] is a float inside the declared"),
+            ({"simplexes": [{"name": "m", "members": ["mix.arithmetic", "src.arithmetic.0"], "why": "x"}]},
+             "a simplex is every domain's")):
+        with pytest.raises(ValueError, match=re.escape(needle)):
+            check(**change)
+    space, notes = check(params=[{"name": "lr", "kind": "categorical", "choices": [1e-4, 3.0], "why": "grid"}])
+    assert space.param("lr").choices == [1e-4] and any("dropped choices outside" in n for n in notes)
+    beta_p = {"name": "prox.beta_p", "kind": "float", "low": 0.5, "high": 2.0, "why": "x",
+              "when": {"algorithm": ["proximal_kl"]}}
+    space, notes = check(params=[base["params"][0], beta_p], fixed={"algorithm": "grpo"})
+    assert [p.name for p in space.params] == ["lr"] and any("fixes at 'grpo'" in n for n in notes)
+    space, _ = check(params=[base["params"][0], beta_p], fixed={"algorithm": "proximal_kl"})
+    assert space.param("prox.beta_p").condition is None  # always active under the fixed algorithm

@@ -15,6 +15,7 @@ from the environment variable the project names and is never written anywhere.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Literal
@@ -97,7 +98,7 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
     params: list[Param] = []
     for pa in answer.params:
         if pa.name == "algorithm":
-            bad = [c for c in (pa.choices or []) if c not in algos]
+            bad = [c for c in (pa.choices or []) if not isinstance(c, str) or c not in algos]
             if bad or pa.kind != "categorical":
                 raise ValueError(f"parameter 'algorithm' names unknown algorithm(s) {bad}; known: {sorted(algos)}")
             params.append(Param("algorithm", "categorical", choices=list(pa.choices or []), rationale=pa.why))
@@ -106,6 +107,9 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         if k is None:
             notes.append(f"dropped {pa.name!r}: no algorithm or operator of the catalog declares it")
             continue
+        numeric = k.get("kind") in ("float", "int")
+        if pa.kind in ("float", "int", "bool") and pa.kind != k.get("kind"):  # group_size 7.3 is no recipe
+            raise ValueError(f"parameter {pa.name!r} is declared {k.get('kind')}, not {pa.kind}")
         low, high = pa.low, pa.high
         if pa.kind in ("float", "int") and k.get("low") is not None and k.get("high") is not None:
             lo_c, hi_c = float(k["low"]), float(k["high"])
@@ -119,19 +123,52 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         choices = pa.choices
         if pa.kind == "categorical" and k.get("choices") is not None:
             allowed = list(k["choices"])
-            kept = [c for c in (choices or []) if c in allowed]
+            kept = [c for c in (choices or []) if _hashable(c) and c in allowed]
             if kept != list(choices or []):
                 notes.append(f"{pa.name}: dropped choices outside {allowed}")
             choices = kept or allowed
+        elif pa.kind == "categorical" and numeric:  # a grid of a numeric knob: each point inside its range
+            kept = [c for c in (choices or []) if _declared_value(k, c)]
+            if not kept:
+                raise ValueError(f"parameter {pa.name!r}: no choice of {choices} is a {k['kind']} inside the "
+                                 f"declared [{k.get('low')}, {k.get('high')}]")
+            if kept != list(choices or []):
+                notes.append(f"{pa.name}: dropped choices outside the declared [{k.get('low')}, {k.get('high')}]")
+            choices = kept
         try:
             params.append(Param(pa.name, pa.kind, low, high, pa.log and (low or 0) > 0, choices, pa.when, pa.why))
         except SpaceError as e:
             raise ValueError(str(e)) from None
+    fixed = {}
+    for key, v in answer.fixed.items():
+        if key == "algorithm" and (not isinstance(v, str) or v not in algos):
+            raise ValueError(f"fixed algorithm {v!r} is unknown; known: {sorted(algos)}")
+        if key in known and not _declared_value(known[key], v):
+            k = known[key]
+            where = k["choices"] if k.get("choices") is not None else f"[{k.get('low')}, {k.get('high')}]"
+            raise ValueError(f"fixed {key}: {v!r} is not a declared {k.get('kind')} value ({where})")
+        if key in FIXED_OK or key in known:
+            fixed[key] = v
+        else:
+            notes.append(f"dropped fixed {key!r}: not a catalog parameter")
     names = {p.name for p in params}
-    for p in params:  # a condition on a dropped parent would never hold
-        if p.condition and not set(p.condition) <= names:
-            notes.append(f"{p.name}: dropped its condition on unknown parent(s) {sorted(set(p.condition) - names)}")
-            p.condition = None
+    kept_params = []
+    for p in params:  # a condition on a dropped parent would never hold; one on a fixed parent is decided now
+        for parent in sorted(set(p.condition or {}) - names):
+            if parent in fixed and p.condition is not None:
+                if fixed[parent] not in p.condition[parent]:
+                    notes.append(f"dropped {p.name!r}: its condition needs {parent} in {p.condition[parent]}, "
+                                 f"which the space fixes at {fixed[parent]!r}")
+                    p = None  # type: ignore[assignment]
+                    break
+                del p.condition[parent]  # always true
+            elif p.condition is not None:
+                notes.append(f"{p.name}: dropped its condition on unknown parent {parent!r}")
+                del p.condition[parent]
+        if p is not None:
+            p.condition = p.condition or None
+            kept_params.append(p)
+    params = kept_params
     members_ok = {MIX_PREFIX + d for d in project.domains} | {
         f"{SOURCE_PREFIX}{d}.{i}" for d, dom in project.domains.items() for i in range(len(dom.sources))}
     simplexes = []
@@ -140,15 +177,12 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         if bad:
             raise ValueError(f"simplex {sa.name!r} names unknown source(s) or domain(s) {bad}; "
                              f"known members: {sorted(members_ok)}")
+        groups = [sorted(MIX_PREFIX + d for d in project.domains)] + [
+            sorted(f"{SOURCE_PREFIX}{d}.{i}" for i in range(len(dom.sources))) for d, dom in project.domains.items()]
+        if sorted(sa.members) not in groups:  # weights left out of a simplex would not sum with it
+            raise ValueError(f"simplex {sa.name!r} has members {sa.members}; a simplex is every domain's "
+                             f"`{MIX_PREFIX}<domain>` weight, or every source weight of one domain: one of {groups}")
         simplexes.append(Simplex(sa.name, list(sa.members), sa.why))
-    fixed = {}
-    for key, v in answer.fixed.items():
-        if key == "algorithm" and v not in algos:
-            raise ValueError(f"fixed algorithm {v!r} is unknown; known: {sorted(algos)}")
-        if key in FIXED_OK or key in known:
-            fixed[key] = v
-        else:
-            notes.append(f"dropped fixed {key!r}: not a catalog parameter")
     fixed["max_new_tokens"] = project.runtime.max_new_tokens
     fixed.update(project_fixed(project))  # in every LLM space, designed or redesigned
     if "algorithm" not in names:
@@ -159,6 +193,27 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         raise ValueError(str(e)) from None
     _check_trainable(space)
     return space, notes
+
+
+def _hashable(v: Any) -> bool:
+    return isinstance(v, (str, int, float, bool)) or v is None
+
+
+def _declared_value(knob: dict[str, Any], v: Any) -> bool:
+    """Whether `v` is a value the catalog's `knob` declares: of its kind, inside its range or choices."""
+    kind = knob.get("kind")
+    if knob.get("choices") is not None:
+        return _hashable(v) and v in list(knob["choices"])
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind in ("float", "int"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            return False
+        if kind == "int" and not float(v).is_integer():
+            return False
+        lo, hi = knob.get("low"), knob.get("high")
+        return (lo is None or v >= lo) and (hi is None or v <= hi)
+    return True
 
 
 def _check_trainable(space: RecipeSpace) -> None:
