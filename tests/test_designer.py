@@ -463,3 +463,51 @@ def test_llm_answers_outside_the_catalogs_declarations_are_refused_or_mended():
     assert [p.name for p in space.params] == ["lr"] and any("fixes at 'grpo'" in n for n in notes)
     space, _ = check(params=[base["params"][0], beta_p], fixed={"algorithm": "proximal_kl"})
     assert space.param("prox.beta_p").condition is None  # always active under the fixed algorithm
+
+
+def test_rules_redesign_keeps_every_pareto_recipe_and_reads_the_first_objectives_direction(tmp_path):
+    """The new range always holds the Pareto recipes and low <= high: with a Pareto recipe of an earlier
+    version above the current range, or a person's edit past the declared bound, the redesign used to
+    write a space with low > high that could not be read back. The value a dropped dimension is fixed at
+    is the best recipe's on the project's first objective, in its direction (it used to maximize the
+    first score key, e.g. the worst ECE). Collapsed trials count as failures for the lr ceiling."""
+    from sro.designer.redesign import Evidence
+
+    catalog = build_catalog(_math_project())
+
+    def lr_after(low: float, high: float, pareto_lrs: list[float]) -> tuple[float, float]:
+        space = RecipeSpace([Param("lr", "float", low, high, log=True, rationale="lr")], fixed={"algorithm": "grpo"})
+        ev = Evidence(10, [{"values": {"lr": v}, "scores": {}} for v in pareto_lrs], {"lr": 1.0})
+        new = redesign_rules(space, ev, catalog)
+        RecipeSpace.from_yaml(new.to_yaml())  # reads back
+        return new.param("lr").low, new.param("lr").high
+
+    lo, hi = lr_after(1e-5, 1e-4, [5e-4])  # from an earlier version's wider range
+    assert lo <= 5e-4 <= hi
+    lo, hi = lr_after(1e-3, 5e-2, [4.9e-2])  # an edit past the declared 1e-2
+    assert lo <= 4.9e-2 <= hi
+    lo, hi = lr_after(1e-5, 1e-3, [1e-5 * 1.01])  # the lower edge: widened, within the declared 1e-7
+    assert 1e-7 <= lo < 1e-5 and hi < 1e-3
+
+    data = {"name": "dir", "domains": {"a": {"sources": [{"textworld": "coin_collector"}], "benchmarks": [
+        {"name": "ece", "textworld": "coin_collector", "size": 8, "metric": "ece"},
+        {"name": "win", "textworld": "coin_collector", "size": 8}]}}}
+    project = ProjectConfig.model_validate(data)
+    space = RecipeSpace([Param("lr", "float", 1e-5, 1e-3, log=True, rationale="lr"),
+                         Param("temperature", "float", 0.5, 1.5, rationale="t")], fixed={"algorithm": "grpo"})
+    ledger = Ledger(project, tmp_path / "dir")
+    trials = [({"lr": 1e-4, "temperature": 1.4}, {"a/ece": 0.40, "a/win": 0.9}, "complete"),
+              ({"lr": 2e-4, "temperature": 0.6}, {"a/ece": 0.05, "a/win": 0.5}, "complete"),
+              ({"lr": 9e-4, "temperature": 1.0}, {}, "collapsed")]
+    for values, scores, state in trials:
+        t = ledger.start(Recipe(values, dict(space.fixed)), space)
+        if state == "complete":
+            ledger.finish(t, scores, {"wall_s": 1.0}, [])
+        else:
+            ledger.end_early(t, "collapsed", {}, {"wall_s": 1.0}, [], "reward collapsed")
+    ev = gather_evidence(ledger, ledger.records(), project.objective_directions())
+    assert ev.pareto[0]["values"]["temperature"] == 0.6  # ECE 0.05 is the best on `a/ece: min`
+    assert [f["values"]["lr"] for f in ev.failures] == [9e-4]
+    ev.importances = {"lr": 0.98, "temperature": 0.02}
+    new = redesign_rules(space, ev, catalog)
+    assert new.fixed["temperature"] == 0.6 and new.param("lr").high == 2e-4  # ceiling under the collapse

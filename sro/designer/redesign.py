@@ -5,10 +5,12 @@ default), collapses and failures — and saved as the next version (`space.v2.ya
 
 The offline redesign (`redesign_rules`):
 1) a numeric or categorical dimension with importance below DROP_BELOW is dropped: fixed at the value
-   of the best Pareto recipe;
+   of the Pareto recipe best on the project's first objective (in its direction);
 2) an important numeric dimension is narrowed around the Pareto recipes (a margin of MARGIN of the
    old range, in log space for log parameters) and widened by WIDEN of the range on a side where a
-   Pareto recipe sits at the edge, never past the bound the trainer layer declares;
+   Pareto recipe sits at the edge, never past the bound the trainer layer declares; the new range
+   always holds every Pareto recipe (one from an earlier version, or past a declared bound that a
+   person's edit allowed, included);
 3) when failed or collapsed trials sit above every Pareto recipe in learning rate, the lr ceiling is
    lowered to the largest lr of a Pareto recipe.
 With an LLM designer, the evidence goes to the model with the current space (`llm.design_llm`), and the
@@ -39,7 +41,7 @@ EDGE = 0.05
 class Evidence:
     n_finished: int
     pareto: list[dict[str, Any]]
-    """Values and scores of the non-dominated complete trials."""
+    """Values and scores of the non-dominated complete trials, the best on the first objective first."""
     importances: dict[str, float]
     """Parameter → importance averaged over the objectives (sums to ~1; empty when too few trials)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
@@ -78,13 +80,16 @@ def gather_evidence(ledger, records: list[TrialRecord], objectives: list[tuple[s
     from sro.optimizer.hypervolume import outcomes
     from botorch.utils.multi_objective.pareto import is_non_dominated
 
-    nums, Y = outcomes(records, objectives)
+    nums, Y = outcomes(records, objectives)  # the maximization frame: Y[:, 0] is the first objective, signed
     by_num = {r.number: r for r in records}
-    front = [by_num[n] for n, keep in zip(nums, is_non_dominated(Y).tolist() if len(nums) else []) if keep]
+    front = sorted(((by_num[n], float(y[0])) for n, y, keep in zip(nums, Y, is_non_dominated(Y).tolist()
+                                                                    if len(nums) else []) if keep),
+                   key=lambda ry: -ry[1])
+    front = [r for r, _ in front]
     pareto = [{"trial": r.number, "values": dict(r.recipe.values), "scores": r.scores,
                "cost_s": r.cost.get("wall_s")} for r in front]
     failures = [{"trial": r.number, "values": dict(r.recipe.values), "message": r.message.splitlines()[0][:200]
-                 if r.message else ""} for r in records if r.state == "failed"]
+                 if r.message else ""} for r in records if r.state in ("failed", "collapsed")]
     return Evidence(sum(r.finished for r in records), pareto, _importances(ledger, objectives), failures)
 
 
@@ -135,15 +140,19 @@ def _reshape(p: Param, vals: list[float], catalog: Catalog | None) -> tuple[floa
     if span <= 0:
         return p.low, p.high, ""  # type: ignore[return-value]
     us = [_to_u(p, v) for v in vals]
-    new_lo, new_hi = max(lo, min(us) - MARGIN * span), min(hi, max(us) + MARGIN * span)
+    u_lo, u_hi = min(us), max(us)
+    # never past a Pareto recipe: one of an earlier version may lie outside the current range
+    new_lo, new_hi = min(u_lo, max(lo, u_lo - MARGIN * span)), max(u_hi, min(hi, u_hi + MARGIN * span))
     how = "narrowed around the Pareto recipes"
     declared = _declared(catalog, p.name)
     d_lo, d_hi = (_to_u(p, declared[0]) if declared and (declared[0] > 0 or not p.log) else lo,
                   _to_u(p, declared[1]) if declared else hi)
-    if min(us) <= lo + EDGE * span:
-        new_lo, how = max(d_lo, lo - WIDEN * span), "widened below: a Pareto recipe sits at the lower edge"
-    if max(us) >= hi - EDGE * span:
-        new_hi, how = min(d_hi, hi + WIDEN * span), "widened above: a Pareto recipe sits at the upper edge"
+    if u_lo <= lo + EDGE * span and d_lo < lo:  # widening only where the declared bound leaves room
+        new_lo = min(new_lo, max(d_lo, lo - WIDEN * span))
+        how = "widened below: a Pareto recipe sits at the lower edge"
+    if u_hi >= hi - EDGE * span and d_hi > hi:
+        new_hi = max(new_hi, min(d_hi, hi + WIDEN * span))
+        how = "widened above: a Pareto recipe sits at the upper edge"
     low, high = _from_u(p, new_lo), _from_u(p, new_hi)
     if p.kind == "int":
         low, high = int(math.floor(low)), int(math.ceil(high))
@@ -154,11 +163,7 @@ def redesign_rules(space: RecipeSpace, evidence: Evidence, catalog: Catalog | No
     """The next version of `space` from the evidence (see the module docstring)."""
     params: list[Param] = []
     fixed = dict(space.fixed)
-    best = evidence.pareto[0]["values"] if evidence.pareto else {}
-    if evidence.pareto:  # the best on the first objective listed
-        key = next(iter(evidence.pareto[0]["scores"]), None)
-        if key is not None:
-            best = max(evidence.pareto, key=lambda e: e["scores"].get(key, -math.inf))["values"]
+    best = evidence.pareto[0]["values"] if evidence.pareto else {}  # the best on the first objective
     has_children = {parent for p in space.params for parent in (p.condition or {})}
     for p in space.params:
         imp = evidence.importances.get(p.name)
