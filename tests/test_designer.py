@@ -511,3 +511,26 @@ def test_rules_redesign_keeps_every_pareto_recipe_and_reads_the_first_objectives
     ev.importances = {"lr": 0.98, "temperature": 0.02}
     new = redesign_rules(space, ev, catalog)
     assert new.fixed["temperature"] == 0.6 and new.param("lr").high == 2e-4  # ceiling under the collapse
+
+
+def test_max_len_range_reaches_every_sources_longest_question():
+    """`proc.max_len` spans from the shortest cut that keeps a tenth of every source to no cut at all:
+    its top used to be the longest question of the sources whose lengths vary only, so with a source
+    of uniformly long questions beside a varied short one the range collapsed to one value that cut
+    the long source (here: [200, 200], dropping every question of B over 200 characters)."""
+    from types import SimpleNamespace
+
+    from sro.designer.rules import _Builder, _processing
+
+    def source(p10: int, p90: int, longest: int) -> dict:
+        return {"multi_turn": False, "question_chars": {"p10": p10, "p90": p90, "max": longest}}
+
+    def max_len(*sources: dict) -> tuple[float, float] | None:
+        b = _Builder(SimpleNamespace(sources=lambda: list(sources)))
+        _processing(b, b.catalog)
+        p = next((p for p in b.params if p.name == "proc.max_len"), None)
+        return None if p is None else (p.low, p.high)
+
+    assert max_len(source(10, 60, 80), source(200, 250, 260)) == (200, 260)
+    assert max_len(source(10, 60, 80)) == (10, 80)
+    assert max_len(source(100, 120, 130)) is None  # no source varies: nothing to cut

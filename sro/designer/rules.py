@@ -238,9 +238,9 @@ def _processing(b: _Builder, catalog: Catalog) -> None:
               "in 1000 draws): draw each once per pass or not")
     chars = [s["question_chars"] for s in srcs if s.get("question_chars")]
     spread = [c for c in chars if c["p90"] >= 1.5 * max(1, c["p10"])]
-    if spread:
-        lo = max(c["p10"] for c in chars)  # every source keeps at least a tenth of its items
-        hi = max(lo, max(c["max"] for c in spread))
+    lo = max((c["p10"] for c in chars), default=0)  # every source keeps at least a tenth of its items
+    hi = max((c["max"] for c in chars), default=0)  # the longest question of any source: no cut at all
+    if spread and hi > lo:
         b.add("proc.max_len", "int", f"question length varies within a source ({lo}–{hi} chars): drop the longest",
               lo, hi)
     covered = [s for s in srcs if s.get("pass_rate_coverage") is not None]
