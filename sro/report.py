@@ -64,7 +64,8 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
     if done:
         pts = np.array([[r.value(x_key), r.value(y_key)] for r in done])
         maximize = dict((k, d == "max") for k, d in objectives)
-        front = pareto_mask(pts, [maximize[x_key], maximize[y_key]])  # a `min` benchmark (ECE) is minimized
+        cols = [x_key] + ([y_key] if y_key in maximize else [])  # cost drawn, but no objective: not in the front
+        front = pareto_mask(pts[:, : len(cols)], [maximize[k] for k in cols])  # a `min` benchmark (ECE) is minimized
         costs = [r.cost.get("wall_s", 0.0) for r in done]
         fig.add_trace(go.Scatter(
             x=pts[:, 0], y=pts[:, 1], mode="markers", name="trials",

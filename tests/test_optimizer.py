@@ -391,6 +391,8 @@ def test_hypervolume_helper_and_history_by_hand() -> None:
     Y = torch.tensor([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0], [1.0, 1.0], [-1.0, 5.0]])
     assert hypervolume(Y, torch.zeros(2)) == pytest.approx(6.0)  # (-1, 5) does not dominate ref: dropped
     assert hypervolume_curve(Y[:3], torch.zeros(2)) == pytest.approx([3.0, 5.0, 6.0])
+    # one objective: the best value's length above ref (BoTorch's partitioning raised IndexError on it)
+    assert hypervolume_curve(torch.tensor([[0.5], [0.2], [0.9]]), torch.tensor([0.1])) == pytest.approx([0.4, 0.4, 0.8])
     # one score (max) against cost (min): the frame negates cost
     recs = [TrialRecord(0, "complete", Recipe({"i": 0}), {"d/b": 0.2}, {"wall_s": 10.0}),
             TrialRecord(1, "failed", Recipe({"i": 1}), {}, {"wall_s": 1.0}),

@@ -231,3 +231,31 @@ def test_a_trials_time_limit_leaves_room_for_its_set_up_and_its_scoring(micro_pr
     assert len(out.curve) == 2 and out.metrics["sft_steps"] == 3
     ex.run_trial(recipe, ctx)  # no limit: none for the trainer either
     assert limits[1] is None
+
+
+@pytest.mark.slow
+def test_a_single_objective_project_searches_and_reports(micro_project, tmp_path):
+    """One objective (no cost): the hypervolume after each trial is the best score above the reference
+    point (BoTorch's box partitioning needs two objectives: the search used to stop with an IndexError
+    after its first trial), and the report and `sro show` read it."""
+    from typer.testing import CliRunner
+
+    from sro.cli import app
+
+    path = micro_project("single")
+    path.write_text(path.read_text().replace("  - cost: min\n", ""))
+    runs = tmp_path / "runs"
+    (runs / "single").mkdir(parents=True)
+    (runs / "single" / "space.yaml").write_text(SPACE.format(fixed="seed: 0"))
+    project = load_project(path)
+    assert project.objective_directions() == [("arithmetic/add", "max")]
+    summary = run_search(project, Budget.parse("2trials"), runs, "random", Console(quiet=True))
+    assert [t.state for t in summary.trials] == ["complete", "complete"]
+    from sro.ledger import Ledger
+
+    hv = Ledger(project, runs / "single").get("hypervolume")
+    best = max(t.scores["arithmetic/add"] for t in summary.trials)
+    assert hv["hypervolume"][-1] == pytest.approx(best - hv["ref_point"][0]) and hv["hypervolume"][-1] > 0
+    assert (runs / "single" / "report.html").is_file()
+    r = CliRunner().invoke(app, ["show", str(runs / "single")])
+    assert r.exit_code == 0 and "front (*)" in r.output

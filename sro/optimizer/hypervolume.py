@@ -84,6 +84,8 @@ def hypervolume(Y: torch.Tensor, ref: torch.Tensor) -> float:
     Y = Y[(Y > ref).all(dim=-1)]
     if len(Y) == 0:
         return 0.0
+    if Y.shape[-1] == 1:  # one objective: the length above ref (BoTorch's partitioning needs two)
+        return float(Y.max() - ref[0])
     Y = Y[is_non_dominated(Y)]
     return float(DominatedPartitioning(ref_point=ref, Y=Y).compute_hypervolume())
 
