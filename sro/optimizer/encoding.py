@@ -76,15 +76,21 @@ class RecipeEncoder:
     def encode(self, values: dict[str, Any]) -> torch.Tensor:
         """One recipe's values → (D,) float64 tensor in [0,1]^D."""
         x = np.zeros(self.dim)
+        active: dict[str, Any] = {}  # the values decided so far (parents precede children), as `decode` reads them
         for b in self.blocks:
             if b.param is None:  # simplex: the weights themselves
                 try:
                     x[b.cols] = [float(values[m]) for m in b.members]
                 except KeyError as e:
                     raise SpaceError(f"simplex {b.name!r}: recipe lacks weight {e.args[0]!r}") from None
-            elif b.name not in values:  # inactive (or absent) conditional parameter
+                continue
+            if b.name not in values or not self.space.is_active(b.param, active):
+                # inactive (or absent) conditional parameter: a value a recipe carries anyway (one run
+                # before a redesign added the condition) has no effect, and must not reach the model
                 x[b.cols] = 0.0 if b.one_hot else INACTIVE_NUMERIC
-            elif b.one_hot:
+                continue
+            active[b.name] = values[b.name]
+            if b.one_hot:
                 choices = list(b.param.choices or [])
                 if values[b.name] not in choices:
                     raise SpaceError(f"{b.name}={values[b.name]!r} is not one of {choices}")
