@@ -150,7 +150,11 @@ class RecipeSpace:
             if p.name not in values or not self.is_active(p, out):
                 continue
             v = values[p.name]
-            if p.kind == "int" and isinstance(v, float) and v.is_integer():
+            if p.kind == "categorical":  # 0 and 0.0 are one choice: take the space's own, so keys agree
+                v = next((c for c in p.choices or [] if c == v and type(c) is type(v)),
+                         next((c for c in p.choices or [] if c == v and not isinstance(c, bool)
+                               and not isinstance(v, bool)), v))
+            elif p.kind == "int" and isinstance(v, float) and v.is_integer():
                 v = int(v)
             elif p.kind == "float" and isinstance(v, int) and not isinstance(v, bool):
                 v = float(v)
@@ -265,18 +269,28 @@ class RecipeSpace:
     def from_dict(cls, d: dict[str, Any]) -> RecipeSpace:
         try:
             params = []
+            if not isinstance(d, dict) or not isinstance(d.get("params") or {}, dict):
+                raise SpaceError("malformed space: `params` must be a mapping of name → {kind, ...}")
             for name, pd in (d.get("params") or {}).items():
+                if not isinstance(pd, dict):
+                    raise SpaceError(f"parameter {name!r}: must be a mapping {{kind, low, high, ...}}, got {pd!r}")
                 pd = dict(pd)
+                when = pd.pop("when", None)
+                if when is not None and not isinstance(when, dict):
+                    raise SpaceError(f"parameter {name!r}: `when` must map each parent to its values, got {when!r}")
+                # a single value is a one-value list (`when: {algorithm: proas}`); a string must not match
+                # by substring
+                when = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in when.items()} if when else None
                 params.append(Param(name=name, kind=pd.pop("kind"), low=pd.pop("low", None), high=pd.pop("high", None),
                                     log=bool(pd.pop("log", False)), choices=pd.pop("choices", None),
-                                    condition=pd.pop("when", None), rationale=str(pd.pop("why", ""))))
+                                    condition=when, rationale=str(pd.pop("why", ""))))
                 if pd:
                     raise SpaceError(f"parameter {name!r}: unknown keys {sorted(pd)}")
             simplexes = [Simplex(n, list(sd["members"]), str(sd.get("why", "")))
                          for n, sd in (d.get("simplexes") or {}).items()]
             return cls(params, simplexes, dict(d.get("fixed") or {}), int(d.get("version", 1)),
                        str(d.get("designer", "default")))
-        except (KeyError, TypeError) as e:
+        except (KeyError, TypeError, AttributeError) as e:
             raise SpaceError(f"malformed space: {e}") from None
 
     @classmethod

@@ -80,6 +80,23 @@ def test_bad_space_rejected():
         Param("x", "float", 2.0, 1.0)
     with pytest.raises(SpaceError, match="unknown parent"):
         RecipeSpace([Param("x", "float", 0, 1, condition={"nope": [1]})])
+    # hand-edited shapes: one-line errors naming the parameter (they used to escape as TypeError or
+    # AttributeError tracebacks, which the search does not catch)
+    for text, needle in (("params: [lr]", "`params` must be a mapping"),
+                         ("params: {lr: 0.1}", "parameter 'lr': must be a mapping"),
+                         ("params: {g: {kind: int, low: 1, high: 4, when: 4}}", "`when` must map each parent")):
+        with pytest.raises(SpaceError, match=needle):
+            RecipeSpace.from_yaml(text)
+
+
+def test_a_single_when_value_is_a_one_value_list_not_a_substring():
+    """`when: {algorithm: proas}` (a value, not a list) means that value: it used to be tested by
+    substring, so algorithm 'as' made the child active."""
+    space = RecipeSpace.from_yaml("params:\n  algorithm: {kind: categorical, choices: [as, proas]}\n"
+                                  "  lam: {kind: float, low: 0, high: 1, when: {algorithm: proas}}\n")
+    lam = space.param("lam")
+    assert lam.condition == {"algorithm": ["proas"]}
+    assert space.is_active(lam, {"algorithm": "proas"}) and not space.is_active(lam, {"algorithm": "as"})
 
 
 def test_sobol_proposer_never_repeats_history():
@@ -127,6 +144,12 @@ def test_canonical_values_give_the_same_key_and_drop_inactive_parameters():
     assert Recipe(space.canonical(llm)).key == Recipe(ran).key
     with pytest.raises(SpaceError, match="steps=3.5 is outside"):
         space.canonical({**ran, "steps": 3.5})
+    # a numeric categorical: 0 and 0.0 are one choice, given the space's own (the keys used to differ,
+    # so an LLM's copy of a run recipe was not recognized)
+    grid = RecipeSpace([Param("alpha", "categorical", choices=[0.0, 0.5]), Param("flag", "categorical",
+                                                                                   choices=[True, 1])])
+    assert Recipe(grid.canonical({"alpha": 0, "flag": 1})).key == Recipe({"alpha": 0.0, "flag": 1}).key
+    assert type(grid.canonical({"alpha": 0, "flag": True})["flag"]) is bool  # True is not the choice 1
 
 
 def test_a_recipe_key_is_the_settings_that_train():
