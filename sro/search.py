@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sro.budget import COSTS, Budget, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
-from sro.designer.redesign import fits, maybe_redesign
+from sro.designer.redesign import fits, in_space, maybe_redesign
 from sro.executor import SearchContext, TrialCollapsed, run_trial
 from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
@@ -349,7 +349,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                                        "(the project's start_recipes)")
             if recipe is None:
                 # trials of earlier space versions stay in the evidence when they fit this one
-                proposed = proposer.propose([r for r in records if fits(space, r.recipe)], 1)
+                proposed = proposer.propose(in_space(space, records), 1)
                 warm = proposer.warm_state() if hasattr(proposer, "warm_state") else None
                 if warm is not None:
                     ledger.put("proposer_warm", warm)

@@ -534,3 +534,28 @@ def test_max_len_range_reaches_every_sources_longest_question():
     assert max_len(source(10, 60, 80), source(200, 250, 260)) == (200, 260)
     assert max_len(source(10, 60, 80)) == (10, 80)
     assert max_len(source(100, 120, 130)) is None  # no source varies: nothing to cut
+
+
+def test_a_setting_an_earlier_version_fixed_and_this_one_searches_keeps_its_trials(tmp_path):
+    """v1 fixes `pack: false`; v2 searches it. The v1 trials are points of v2 (`fits` reads the settings
+    they ran with) and reach the optimizer with `pack` among their values and their keys unchanged, so
+    it never proposes one of them again; before, they did not fit, and in this all-discrete space the
+    proposer offered a recipe the study had run, whose claim was withdrawn as another worker's rival."""
+    from sro.designer.redesign import in_space
+    from sro.ledger import TrialRecord
+    from sro.optimizer import BoTorchProposer
+
+    v1 = RecipeSpace([Param("steps", "int", 1, 3, rationale="s")], fixed={"algorithm": "grpo", "pack": False})
+    v2 = RecipeSpace([Param("steps", "int", 1, 3, rationale="s"), Param("pack", "bool", rationale="p")],
+                     fixed={"algorithm": "grpo"}, version=2)
+    recs = [TrialRecord(i, "complete", Recipe({"steps": s}, dict(v1.fixed)), {"a/b": s / 3}, {"wall_s": 1.0})
+            for i, s in enumerate((1, 2, 3))]
+    assert all(fits(v2, r.recipe) for r in recs)
+    kept = in_space(v2, recs)
+    assert [r.recipe.values for r in kept] == [{"steps": s, "pack": False} for s in (1, 2, 3)]
+    assert [r.recipe.key for r in kept] == [r.recipe.key for r in recs]
+    ran = {r.recipe.key for r in recs}
+    p = BoTorchProposer(v2, seed=0, objectives=[("a/b", "max")], n_init=2)
+    got = p.propose(kept, 3)
+    assert len(got) == 3 and not ({r.key for r in got} & ran)  # only the three pack: true recipes are new
+    assert all(r.values["pack"] is True for r in got)

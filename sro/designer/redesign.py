@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sro.config import ProjectConfig
@@ -53,9 +53,27 @@ class Evidence:
 
 
 def fits(space: RecipeSpace, recipe: Recipe) -> bool:
-    """True when the recipe is a point of `space`: every searched value inside its range, and no fixed
-    setting it ran with that the space fixes otherwise (values of dropped dimensions are ignored)."""
-    return space.admits(recipe.values) and all(recipe.fixed.get(k, v) == v for k, v in space.fixed.items())
+    """True when the recipe is a point of `space`: every searched value inside its range (read from the
+    settings it ran with, so a setting an earlier version fixed and this one searches counts), and no
+    fixed setting it ran with that the space fixes otherwise (values of dropped dimensions are ignored)."""
+    return (space.admits({**recipe.fixed, **recipe.values})
+            and all(recipe.fixed.get(k, v) == v for k, v in space.fixed.items()))
+
+
+def in_space(space: RecipeSpace, records: list[TrialRecord]) -> list[TrialRecord]:
+    """The records whose recipes fit `space` (`fits`), each with its values as this space's recipes hold
+    them (a setting an earlier version fixed, now searched, among them), so the optimizer encodes what
+    the trial ran; the settings it ran with, and so its `Recipe.key`, are unchanged. Until stop 24 such
+    a trial did not fit, so the optimizer could propose its recipe again and the claim was withdrawn
+    (another worker's rival) without end."""
+    out = []
+    for r in records:
+        if fits(space, r.recipe):
+            ran = {**r.recipe.fixed, **r.recipe.values}
+            values = space.canonical(ran)
+            rest = {k: v for k, v in ran.items() if k not in values}  # fixed, or dimensions this space dropped
+            out.append(r if values == r.recipe.values else replace(r, recipe=Recipe(values, rest)))
+    return out
 
 
 def _importances(ledger, objectives: list[tuple[str, str]]) -> dict[str, float]:
