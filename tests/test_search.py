@@ -73,9 +73,10 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     report = (runs / "micro" / "report.html").read_text()
     assert "Pareto front" in report and "plotly" in report.lower() and "base model" in report
 
-    # the budget is for the study: a rerun with the same budget does nothing
-    r = run("search", str(project), "--budget", "2trials", "--runs", str(runs), cwd=tmp_path)
-    assert r.returncode == 0 and "already spent" in r.stdout
+    # the budget is for the study: a rerun with the same budget does nothing (in this process: a fresh
+    # interpreter only adds its start-up; the searches around it are subprocesses)
+    r = run_here("search", str(project), "--budget", "2trials", "--runs", str(runs))
+    assert r.exit_code == 0 and "already spent" in r.stdout
     # a bigger budget resumes: old trials kept as they were, one new recipe
     r = run("search", str(project), "--budget", "3trials", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -85,18 +86,18 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     keys = [Recipe.from_dict(t["recipe"]).key for t in after]
     assert len(after) == 3 and len(set(keys)) == 3
 
-    # show / export / report on the finished run
-    r = run("show", str(runs / "micro"), cwd=tmp_path)
-    assert r.returncode == 0 and "base" in r.stdout and "front (*): trials" in r.stdout
-    r = run("export", str(runs / "micro"), "--trial", "0", cwd=tmp_path)
-    assert r.returncode == 0 and "recipe:" in r.stdout
+    # show / export / report on the finished run (their subprocess runs: test_reading_verbs_...)
+    r = run_here("show", str(runs / "micro"))
+    assert r.exit_code == 0 and "base" in r.stdout and "front (*): trials" in r.stdout
+    r = run_here("export", str(runs / "micro"), "--trial", "0")
+    assert r.exit_code == 0 and "recipe:" in r.stdout
     r = run_here("export", str(runs / "micro"), "--trial", "9")
     assert r.exit_code == 2 and "no trial 9" in r.stderr
 
     # the exported recipe reproduces outside the search
     recipe = tmp_path / "exported" / "recipe.yaml"  # --out creates the folder
-    r = run("export", str(runs / "micro"), "--trial", "1", "--out", str(recipe), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr[-3000:]
+    r = run_here("export", str(runs / "micro"), "--trial", "1", "--out", str(recipe))
+    assert r.exit_code == 0, r.output[-3000:]
     r = run("train", str(recipe), "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "arithmetic/add" in r.stdout and "base" in r.stdout
