@@ -82,7 +82,8 @@ class BenchmarkConfig(SourceConfig):
     """A held-out benchmark: a source plus a name, a size and a metric. Never trained on."""
 
     name: str = Field(description="benchmark name, unique within its domain")
-    size: int = Field(100, gt=0, description="number of held-out items")
+    size: int | None = Field(None, gt=0, description="number of held-out items (default 100; a textworld "
+                             "benchmark: its games, one greedy episode each)")
     metric: Literal["accuracy", "success", "score", "auroc", "ece", "brier"] | None = Field(
         None, description="what the score means: accuracy (single-turn items, the default there); success (the "
         "default) or score (textworld episodes, one greedy episode per held-out game), or the calibration of "
@@ -102,13 +103,17 @@ class BenchmarkConfig(SourceConfig):
         elif self.metric not in allowed:
             raise ValueError(f"metric {self.metric!r} does not apply to a {self.kind} benchmark; "
                              f"use {', '.join(allowed)} (or leave it out: {allowed[0]})")
-        if self.kind == "textworld" and "size" in self.model_fields_set:
+        if self.kind == "textworld":
             from evaluators.textworld_env import PLAY_KEYS
 
             games = self.config.get("games", PLAY_KEYS["games"])
-            if isinstance(games, int) and self.size > games:  # greedy replays of the same games add nothing
+            if self.size is None:  # filled in, so a dumped project (`portable_dump`) reads back the same
+                self.size = games if isinstance(games, int) and games > 0 else 100
+            elif isinstance(games, int) and self.size > games:  # greedy replays of the same games add nothing
                 raise ValueError(f"size {self.size} is more than the benchmark's {games} held-out games (one "
                                  f"greedy episode each); set config.games: {self.size}, or size: {games}")
+        elif self.size is None:
+            self.size = 100
         return self
 
     @property

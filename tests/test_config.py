@@ -174,7 +174,16 @@ def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
     with pytest.raises(ValueError, match=r"size 50 is more than the benchmark's 8 held-out games .*set config.games: 50"):
         BenchmarkConfig.model_validate(big)
     assert BenchmarkConfig.model_validate({**big, "config": {"level": 2, "games": 50}}).size == 50
-    assert BenchmarkConfig.model_validate({k: v for k, v in big.items() if k != "size"}).size == 100  # the default
+    # without a size: one episode per game (it used to be 100, and the project written to the run folder
+    # then failed this very check when `sro show`, `report` or `export` read it back)
+    assert BenchmarkConfig.model_validate({k: v for k, v in big.items() if k != "size"}).size == 8
+    assert BenchmarkConfig.model_validate({"name": "b", "reasoning_gym": "basic_arithmetic"}).size == 100
+    from sro.config import ProjectConfig
+
+    agent = {"name": "a", "domains": {"agent": {"sources": [{"textworld": "coin_collector"}], "benchmarks": [
+        {"name": "coins", "textworld": "coin_collector", "config": {"level": 2}}]}}}
+    dumped = ProjectConfig.model_validate(agent).portable_dump()
+    assert ProjectConfig.model_validate(dumped).domains["agent"].benchmarks[0].size == 8
 
 
 def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
