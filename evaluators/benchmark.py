@@ -37,7 +37,8 @@ class Benchmark:
         `make_task`."""
         seed = derive_seed(project_seed, "heldout", domain, name)
         task = make_task(spec, seed, cache_dir)
-        return cls(name, task, task.items(size), metric)
+        # a file has only so many rows: more items would repeat them (and weigh those twice)
+        return cls(name, task, task.items(min(size, getattr(task, "n_items", size))), metric)
 
     def questions(self) -> set[str]:
         """Normalized questions, for keeping them out of every training stream."""

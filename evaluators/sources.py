@@ -139,15 +139,25 @@ class ReasoningGymTask(Task):
 
 
 class JsonlTask(Task):
-    """A local JSONL file of `question`/`answer` rows (read through `datasets`), in a seeded order."""
+    """A local JSONL file of `question`/`answer` rows (read through `datasets`), in a seeded order.
+
+    The lines are read as text and each parsed as JSON here: `datasets`' own JSON reader infers one
+    type per column, so an answer of 12345678901234567890 came back as 1.2345678901234567e+19 and every
+    integer answer as "2.0" once one answer in the file was a decimal."""
 
     def __init__(self, spec: SourceSpec, seed: int) -> None:
         import datasets
 
         self.spec = spec
-        self.rows = datasets.load_dataset("json", data_files=spec.target, split="train")
+        lines = datasets.load_dataset("text", data_files=spec.target, split="train", encoding="utf-8-sig")
+        self.rows = [json.loads(r["text"]) for r in lines if r["text"].strip()]
         self.order = list(range(len(self.rows)))
         random.Random(seed).shuffle(self.order)
+
+    @property
+    def n_items(self) -> int:
+        """Distinct rows: a benchmark takes at most this many (more would repeat rows)."""
+        return len(self.rows)
 
     def item(self, idx: int) -> Item:
         row = self.rows[self.order[idx % len(self.order)]]
@@ -209,19 +219,27 @@ def _check_jsonl(spec: SourceSpec) -> None:
     path = Path(spec.target)
     if not path.is_file():
         raise SourceSpecError(f"no such file {spec.target!r}; paths are relative to the project YAML", "jsonl")
-    with path.open() as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise SourceSpecError(f"{path.name} line {lineno} is not JSON ({e.msg})", "jsonl") from None
-            missing = {"question", "answer"} - set(row if isinstance(row, dict) else {})
-            if missing:
-                raise SourceSpecError(f"{path.name} line {lineno} lacks {sorted(missing)}", "jsonl")
-            return
-    raise SourceSpecError(f"{path.name} is empty", "jsonl")
+    rows = 0
+    try:
+        with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is read past
+            for lineno, line in enumerate(f, 1):  # every line: a bad one used to surface mid-search
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SourceSpecError(f"{path.name} line {lineno} is not JSON ({e.msg})", "jsonl") from None
+                missing = sorted(k for k in ("question", "answer")
+                                 if not isinstance(row, dict) or row.get(k) is None)
+                if missing:  # absent or null: it would train and score against the text "None"
+                    raise SourceSpecError(f"{path.name} line {lineno} lacks {missing} (each line is one "
+                                          '{"question": ..., "answer": ...} object)', "jsonl")
+                rows += 1
+    except UnicodeDecodeError as e:
+        raise SourceSpecError(f"{path.name} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8",
+                              "jsonl") from None
+    if not rows:
+        raise SourceSpecError(f"{path.name} is empty", "jsonl")
 
 
 def check_source_spec(spec: SourceSpec) -> None:

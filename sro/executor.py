@@ -113,8 +113,12 @@ class SearchContext:
             tasks[dname] = [make_task(s.spec(project.base_dir), derive_seed(project.seed, "train", dname, i),
                                       Path(cache_dir))
                             for i, s in enumerate(dom.sources)]
-        decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks if b.decontaminate}
+        # a file's held-out seed only shuffles its rows: a jsonl benchmark's questions never train (a file
+        # that is both a source and a benchmark is split: the benchmark's rows held out, the rest trained on)
+        decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks
+                 if b.decontaminate or b.kind == "jsonl"}
         exclude = set().union(*(b.questions() for k, b in benchmarks.items() if k in decon))
+        _check_sources_left(project, tasks, exclude)
         overlap = held_out_overlap(benchmarks, tasks, exclude)
         for key in benchmarks:
             if overlap[key] > 0:
@@ -174,6 +178,20 @@ class SearchContext:
         for line in notes.lines(self.project.runtime.max_new_tokens):
             warn(f"base model: {line}")
         return scores
+
+
+def _check_sources_left(project: ProjectConfig, tasks: dict[str, list[Task]], exclude: set[str]) -> None:
+    """A file source whose every question is held out (a benchmark of the same file as large as it)
+    would stop the first trial with a traceback: a `ConfigError` naming it and the fix instead."""
+    from sro.config import ConfigError
+
+    for d, ts in tasks.items():
+        for i, t in enumerate(ts):
+            n = getattr(t, "n_items", None)
+            if n is not None and all(normalize(t.item(j).question) in exclude for j in range(n)):
+                raise ConfigError(f"domains.{d}.sources[{i}] ({t.spec.key}): every question is also a held-out "
+                                  "benchmark question (a jsonl benchmark, or `decontaminate: true`), so nothing is "
+                                  "left to train on; give the benchmark a smaller `size`, or train on another file")
 
 
 def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]], exclude: set[str],

@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import json
+import re
+
+import pytest
 
 from evaluators.benchmark import Benchmark
 from evaluators.sources import STREAM_SIZE, SourceSpec, derive_seed, make_task, normalize
@@ -52,6 +55,34 @@ def test_jsonl_source(tmp_path):
     it = items[0]
     assert t.score(it, f" {it.answer}\nmore") == 1.0 and t.score(it, "nope") == 0.0
 
+
+
+def test_jsonl_rows_are_read_exactly_and_every_line_is_checked(tmp_path):
+    """Answers keep their exact text (`datasets`' JSON reader turned 12345678901234567890 into
+    1.2345678901234567e+19, and every integer into "2.0" beside one decimal); a byte-order mark is read
+    past; every line is checked (only the first was: a later null answer trained as the text "None");
+    a file that is not UTF-8 is a one-line error; a benchmark takes at most the file's rows."""
+    from evaluators.sources import SourceSpecError, check_source_spec
+
+    p = tmp_path / "qa.jsonl"
+    p.write_text("\ufeff" + "\n".join(json.dumps({"question": q, "answer": a})
+                                      for q, a in (("big", 12345678901234567890), ("two", 2), ("half", 2.5))) + "\n\n")
+    check_source_spec(SourceSpec("jsonl", str(p)))
+    t = make_task(SourceSpec("jsonl", str(p)), seed=0)
+    assert sorted(it.answer for it in t.items(3)) == ["12345678901234567890", "2", "2.5"]
+    big = next(it for it in t.items(3) if it.question == "big")
+    assert t.score(big, "12345678901234567890") == 1.0 and t.score(big, "12345678901234567891") == 0.0
+    assert len(Benchmark.build("b", SourceSpec("jsonl", str(p)), 100, project_seed=0, domain="a").items) == 3
+    for text, needle in (('{"question": "a", "answer": "1"}\n{"question": "b", "answer": null}\n',
+                          "line 2 lacks ['answer']"),
+                         ('{"question": "a", "answer": "1"}\n\n[1, 2]\n', "line 3 lacks ['answer', 'question']"),
+                         ('{"question": "a", "answer": "1"}\n{"question": "b"', "line 2 is not JSON")):
+        p.write_text(text)
+        with pytest.raises(SourceSpecError, match=re.escape(needle)):
+            check_source_spec(SourceSpec("jsonl", str(p)))
+    p.write_bytes('{"question": "caf\u00e9", "answer": "1"}\n'.encode("latin-1"))
+    with pytest.raises(SourceSpecError, match="is not UTF-8 text"):
+        check_source_spec(SourceSpec("jsonl", str(p)))
 
 
 def test_numbers_compare_exactly_or_within_a_relative_tolerance(tmp_path):

@@ -258,3 +258,32 @@ def test_a_single_objective_project_searches_and_reports(micro_project, tmp_path
     assert (runs / "single" / "report.html").is_file()
     r = CliRunner().invoke(app, ["show", str(runs / "single")])
     assert r.exit_code == 0 and "front (*)" in r.output
+
+
+def test_a_jsonl_file_that_is_source_and_benchmark_is_split_not_trained_on(micro_project, tmp_path):
+    """A held-out seed only shuffles a file, so a jsonl benchmark's questions are kept out of training:
+    the same file as source and benchmark becomes a split (they were all trained on). A benchmark as
+    large as the file leaves nothing to train on: a one-line config error, not a traceback mid-trial."""
+    import json
+
+    import sro.executor as ex
+    from evaluators.sources import normalize
+    from sro.config import ConfigError
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("\n".join(json.dumps({"question": f"{i} plus {i}?", "answer": str(2 * i)}) for i in range(40)))
+    path = micro_project("split")
+    text = path.read_text()
+    src = text[text.index("    sources:"):text.index("    benchmarks:")]
+    path.write_text(text.replace(src, f"    sources:\n      - jsonl: {qa}\n").replace(
+        "      - name: add\n        reasoning_gym: basic_arithmetic", f"      - name: add\n        jsonl: {qa}"
+    ).replace("        size: 24\n", "        size: 10\n"))
+    ctx = ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
+    held = ctx.benchmarks["arithmetic/add"].questions()
+    from trainers.mixture import Mixture
+
+    drawn = {normalize(it.question) for _, it in Mixture(ctx.tasks, seed=0, exclude_questions=ctx.exclude).sample(200)}
+    assert len(held) == 10 and drawn and not drawn & held and len(drawn) == 30
+    path.write_text(path.read_text().replace("        size: 10\n", "        size: 40\n"))
+    with pytest.raises(ConfigError, match=r"domains.arithmetic.sources\[0\] .*every question is also a held-out"):
+        ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
