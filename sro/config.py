@@ -247,6 +247,13 @@ class ProjectConfig(_Strict):
         if not self.objectives:
             self.objectives = [{key: b.better} for key, b in self.benchmarks()] + [{"cost": "min"}]
         known = set(self.benchmark_keys()) | {"cost"}
+        keys = [k for o in self.objectives for k in o]
+        if [k for k in keys if k != "cost"] == [] and keys:
+            raise ValueError("objectives name only the cost; name at least one benchmark (a search for the "
+                             f"cheapest recipe whatever its scores finds nothing worth having): {sorted(known - {'cost'})}")
+        repeated = sorted({k for k in keys if keys.count(k) > 1})
+        if repeated:
+            raise ValueError(f"objectives name {', '.join(repeated)} more than once; list each once")
         for i, obj in enumerate(self.objectives):
             if len(obj) != 1:
                 raise ValueError(f"objectives[{i}] must be one `key: max|min` pair, got {obj}")

@@ -29,7 +29,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from sro.budget import Spent
-from sro.config import ProjectConfig
+from sro.config import ConfigError, ProjectConfig
 from sro.recipe import Recipe
 from sro.space import RecipeSpace
 
@@ -147,14 +147,18 @@ class Ledger:
                 self.study = optuna.create_study(study_name=project.name, storage=self.storage,
                                                  directions=directions, load_if_exists=True)
                 break
-            except sqlalchemy.exc.SQLAlchemyError:
+            except sqlalchemy.exc.SQLAlchemyError as e:
                 # workers started together race to create the storage's tables or the study (a
                 # unique-constraint or "database is locked" error); the loser finds them made
                 if attempt == 4:
-                    raise
+                    raise ConfigError(f"storage {_shown(url)}: cannot open the study ({type(e).__name__}: "
+                                      f"{str(getattr(e, 'orig', None) or e).splitlines()[0]}); check `storage:` "
+                                      "(the server is up, the database exists, the URL is right)") from None
                 time.sleep(0.5 * (attempt + 1))
         if list(self.study.directions) != [optuna.study.StudyDirection[d.upper()] for d in directions]:
-            raise ValueError(f"{url}: study {project.name!r} has other objectives; use a new project name")
+            raise ConfigError(f"storage {_shown(url)}: study {project.name!r} has other objectives than "
+                              f"{[k for k, _ in self.objectives]} (its trials were scored on others); use a new "
+                              "project name, or put the objectives back")
         self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
         self.recover()
 
@@ -429,6 +433,14 @@ STORAGE_BUSY = (StorageInternalError, sqlalchemy.exc.OperationalError)
 PostgreSQL connection): written again, not a trial's failure."""
 STORAGE_ERRORS = (StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 """Anything the storage raises: never a recipe's failure (a trial it ends is interrupted, run again)."""
+
+
+def _shown(url: str) -> str:
+    """A storage URL as it may be printed: its password masked."""
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except sqlalchemy.exc.ArgumentError:
+        return url
 
 
 def _again(write: Callable[[], Any], attempts: int = 5) -> Any:

@@ -84,6 +84,13 @@ def test_objective_names_missing_benchmark(micro_project):
     assert "objectives[0]" in msg and "did you mean 'arithmetic/add'" in msg
 
 
+def test_objectives_need_a_benchmark_and_name_each_once(micro_project):
+    msg = _err(micro_project, lambda d: d.update(objectives=[{"cost": "min"}]))  # the report crashed on it
+    assert "objectives name only the cost; name at least one benchmark" in msg and "arithmetic/add" in msg
+    msg = _err(micro_project, lambda d: d.update(objectives=[{"arithmetic/add": "max"}, {"arithmetic/add": "max"}]))
+    assert "objectives name arithmetic/add more than once" in msg
+
+
 def test_reference_point_names_an_objective(micro_project):
     msg = _err(micro_project, lambda d: d.update(reference_point={"arithmetic/ad": 0.2}))
     assert "reference_point names 'arithmetic/ad'" in msg and "did you mean 'arithmetic/add'" in msg

@@ -566,3 +566,22 @@ def test_a_busy_storage_is_written_again_and_progress_never_fails_a_trial(micro_
     ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])  # fails once more: written again
     [rec] = ledger.records()
     assert rec.state == "complete" and rec.scores == {"arithmetic/add": 0.5} and fails["left"] == 0
+
+
+def test_a_study_with_other_objectives_or_an_unreachable_storage_is_a_one_line_error(micro_project, tmp_path,
+                                                                                   monkeypatch):
+    """Editing the objectives and running the search again, or a `storage:` that cannot be reached, are
+    the user's to fix: a `ConfigError` (exit 2, one line; they used to be tracebacks), the password masked."""
+    import sro.ledger as ledger_mod
+    from sro.config import ConfigError
+
+    path = micro_project("edit")
+    Ledger(load_project(path), tmp_path / "edit")
+    path.write_text(path.read_text().replace("  - cost: min\n", ""))
+    with pytest.raises(ConfigError, match=r"study 'edit' has other objectives than \['arithmetic/add'\]"):
+        Ledger(load_project(path), tmp_path / "edit")
+    monkeypatch.setattr(ledger_mod.time, "sleep", lambda s: None)
+    away = load_project(micro_project("away", "storage: postgresql+psycopg://u:secret@127.0.0.1:1/db\n"))
+    with pytest.raises(ConfigError, match=r"storage postgresql\+psycopg://u:\*\*\*@127.0.0.1:1/db: cannot open") as e:
+        Ledger(away, tmp_path / "away")
+    assert "secret" not in str(e.value) and "check `storage:`" in str(e.value)
