@@ -90,14 +90,14 @@ def design(
     from sro.config import load_project
     from sro.designer.design import design_space
     from sro.executor import SearchContext
-    from sro.space import RecipeSpace
+    from sro.search import _written_space
 
     try:
         proj = load_project(project)
         b = Budget.parse(budget or proj.budget)
         run_dir = runs / proj.name
-        old = run_dir / "space.yaml"
-        previous = RecipeSpace.from_yaml(old.read_text()).version if old.is_file() else 0
+        written = _written_space(run_dir)  # a malformed one: a SpaceError naming the file
+        previous = written.version if written else 0
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         with console.status("measuring the base model on the sources and designing the space ..."):
             space, path = design_space(proj, run_dir, b, ctx, log=err_console.print, version=previous + 1)

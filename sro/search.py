@@ -113,7 +113,7 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
         return None
     try:
         return RecipeSpace.from_yaml(path.read_text())
-    except (SpaceError, yaml.YAMLError) as e:
+    except SpaceError as e:  # not YAML, or not a space
         raise SpaceError(f"{path}: {e}") from None
 
 

@@ -295,7 +295,11 @@ class RecipeSpace:
 
     @classmethod
     def from_yaml(cls, text: str) -> RecipeSpace:
-        return cls.from_dict(yaml.safe_load(text) or {})
+        try:
+            data = yaml.safe_load(text) or {}
+        except yaml.YAMLError as e:  # `sro design` over a hand-edited file used to end in a traceback
+            raise SpaceError(f"not valid YAML: {' '.join(str(e).split())}") from None
+        return cls.from_dict(data)
 
 
 def _parents_first(params: list[Param]) -> list[Param]:

@@ -559,3 +559,16 @@ def test_a_setting_an_earlier_version_fixed_and_this_one_searches_keeps_its_tria
     got = p.propose(kept, 3)
     assert len(got) == 3 and not ({r.key for r in got} & ran)  # only the three pack: true recipes are new
     assert all(r.values["pack"] is True for r in got)
+
+
+def test_sro_design_over_a_malformed_space_file_is_a_one_line_error(micro_project, tmp_path):
+    """`sro design` reads the run folder's space.yaml (for its version) the way the search does: a file
+    that is not YAML is a one-line error naming it, exit 2 (it was a traceback)."""
+    from typer.testing import CliRunner
+
+    from sro.cli import app
+
+    (tmp_path / "runs" / "bad").mkdir(parents=True)
+    (tmp_path / "runs" / "bad" / "space.yaml").write_text("params: {lr: [")
+    r = CliRunner().invoke(app, ["design", str(micro_project("bad")), "--runs", str(tmp_path / "runs")])
+    assert r.exit_code == 2 and "space.yaml: not valid YAML" in r.output and "Traceback" not in r.output

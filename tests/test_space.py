@@ -87,6 +87,8 @@ def test_bad_space_rejected():
                          ("params: {g: {kind: int, low: 1, high: 4, when: 4}}", "`when` must map each parent")):
         with pytest.raises(SpaceError, match=needle):
             RecipeSpace.from_yaml(text)
+    with pytest.raises(SpaceError, match="not valid YAML"):  # it used to escape as yaml.YAMLError
+        RecipeSpace.from_yaml("params: {lr: [")
 
 
 def test_a_single_when_value_is_a_one_value_list_not_a_substring():
