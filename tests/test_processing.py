@@ -62,6 +62,13 @@ def test_dedup_draws_each_question_once_per_pass(monkeypatch):
     assert len(set(again)) >= 3  # ... then a new pass starts instead of stalling
     plain = Mixture({"d": [task]})
     assert [it.question for _, it in plain.sample(4)] == first
+    # a pass is per source: a tiny source that runs out (and restarts) leaves the other's pass alone
+    # (a generator's stream repeats questions, as the big one's does here: each one twice in a row)
+    big, tiny = ListTask([f"b {i // 2}" for i in range(80)], "big"), ListTask(["t 0", "t 1"], "tiny")
+    mix = Mixture({"d": [big], "e": [tiny]}, keep=item_filter({"proc.dedup": True}), seed=0)
+    drawn = [it.question for _, it in mix.sample(60)]
+    from_big = [q for q in drawn if q.startswith("b ")]
+    assert 20 <= len(from_big) <= 40 and len(set(from_big)) == len(from_big)
 
 
 def test_length_band_and_source_weights_in_the_mixture():
