@@ -14,7 +14,7 @@ import yaml
 from jinja2 import Template
 
 from sro.ledger import TrialRecord
-from sro.pareto import front_numbers, pareto_mask
+from sro.pareto import front_numbers
 from sro.pruning import saved_budget
 
 _PAGE = Template("""<!doctype html>
@@ -56,6 +56,9 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
 
 
 def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], base: dict[str, float]) -> go.Figure:
+    """The first two benchmarks (or the first one against cost): every complete trial, the Pareto front
+    over *all* objectives ringed (the same trials as the table's front: a front recomputed on the two
+    drawn axes disagreed with it for three or more objectives), and the base model (at cost 0)."""
     keys = [k for k, _ in objectives if k != "cost"]
     done = [r for r in records if r.state == "complete"]
     x_key = keys[0]
@@ -63,9 +66,7 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
     fig = go.Figure()
     if done:
         pts = np.array([[r.value(x_key), r.value(y_key)] for r in done])
-        maximize = dict((k, d == "max") for k, d in objectives)
-        cols = [x_key] + ([y_key] if y_key in maximize else [])  # cost drawn, but no objective: not in the front
-        front = pareto_mask(pts[:, : len(cols)], [maximize[k] for k in cols])  # a `min` benchmark (ECE) is minimized
+        front = np.array([r.number in front_numbers(done, objectives) for r in done])
         costs = [r.cost.get("wall_s", 0.0) for r in done]
         fig.add_trace(go.Scatter(
             x=pts[:, 0], y=pts[:, 1], mode="markers", name="trials",
@@ -73,11 +74,14 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
                         colorbar=dict(title="cost (s)"), line=dict(width=1, color="#333")),
             text=[f"trial {r.number}" for r in done], hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
         order = np.argsort(pts[front, 0])
-        fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order], mode="lines+markers",
-                                 name="Pareto front", line=dict(color="#2a7", width=2, shape="hv"),
+        drawn_is_all = {k for k, _ in objectives} == {x_key, y_key}  # a staircase only when the axes are it
+        fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order],
+                                 mode="lines+markers" if drawn_is_all else "markers",
+                                 name="Pareto front" if drawn_is_all else "Pareto front (all objectives)",
+                                 line=dict(color="#2a7", width=2, shape="hv"),
                                  marker=dict(size=19, symbol="circle-open", color="#2a7", line=dict(width=2))))
-    if x_key in base and (y_key in base):
-        fig.add_trace(go.Scatter(x=[base[x_key]], y=[base[y_key]], mode="markers+text", name="base model",
+    if x_key in base and (y_key in base or y_key == "cost"):
+        fig.add_trace(go.Scatter(x=[base[x_key]], y=[base.get(y_key, 0.0)], mode="markers+text", name="base model",
                                  text=["base"], textposition="top center",
                                  marker=dict(symbol="star", size=18, color="crimson")))
     fig.update_layout(xaxis_title=x_key, yaxis_title=y_key if y_key != "cost" else "cost (wall s)",

@@ -538,6 +538,14 @@ def test_report_front_plot_follows_each_objectives_direction():
             TrialRecord(1, "complete", Recipe({"lr": 2.0}, {}), {"cal/ece": 0.40, "cal/acc": 0.5})]
     line = next(t for t in front_figure(recs, objs, {}).data if t.name == "Pareto front")
     assert front_numbers(recs, objs) == {0} and list(zip(line.x, line.y)) == [(0.05, 0.9)]
+    # with cost as a third objective, the ringed trials are the table's front (trial 1 is cheap: on it),
+    # though the two drawn axes alone would drop it; one benchmark: the base model is drawn at cost 0
+    recs[0].cost["wall_s"], recs[1].cost["wall_s"] = 30.0, 5.0
+    fig = front_figure(recs, [*objs, ("cost", "min")], {"cal/ece": 0.5, "cal/acc": 0.2})
+    ring = next(t for t in fig.data if t.name == "Pareto front (all objectives)")
+    assert sorted(zip(ring.x, ring.y)) == [(0.05, 0.9), (0.40, 0.5)]
+    fig = front_figure(recs, [("cal/acc", "max")], {"cal/acc": 0.2})
+    assert [(t.x[0], t.y[0]) for t in fig.data if t.name == "base model"] == [(0.2, 0.0)]
 
 
 def test_a_busy_storage_is_written_again_and_progress_never_fails_a_trial(micro_project, tmp_path, monkeypatch):
