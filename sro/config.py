@@ -447,11 +447,15 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise ConfigError(f"{where}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
     base_dir = Path(base_dir)
-    from trainers.models import missing_local_folder
+    from trainers.models import looks_like_path, missing_local_folder
 
-    if missing_local_folder(project.base_model):
-        raise ConfigError(f"{where}: base_model: {project.base_model}: no such folder; give a local model "
-                          "folder that exists, an HF model id (org/name) or tiny")
+    if looks_like_path(project.base_model):  # relative to the project's folder, as jsonl: paths are
+        given = project.base_model
+        project.base_model = str((base_dir / Path(given).expanduser()).resolve())
+        if missing_local_folder(project.base_model):
+            raise ConfigError(f"{where}: base_model: {given}: no such folder ({project.base_model}; a relative "
+                              "path is read from the project's folder); give a local model folder that exists, "
+                              "an HF model id (org/name) or tiny")
     try:
         _check_sources(project, base_dir)
         _read_start_recipes(project, base_dir)

@@ -237,6 +237,24 @@ def test_missing_local_base_model_folder(micro_project):
     assert "base_model: /nonexistent/model: no such folder" in msg
 
 
+def test_a_relative_base_model_path_is_read_from_the_projects_folder(micro_project, tmp_path, monkeypatch):
+    """`base_model: ./mymodel` next to the project YAML, as `jsonl:` paths are (it was read from the
+    working directory, so the same command worked from one folder and not from another); the run
+    folder's copy of the project holds the absolute path."""
+    (tmp_path / "mymodel").mkdir()
+    path = micro_project("rel")
+    path.write_text(path.read_text().replace("base_model: tiny", "base_model: ./mymodel"))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    project = load_project(path)
+    assert project.base_model == str((tmp_path / "mymodel").resolve())
+    assert yaml.safe_load(yaml.safe_dump(project.portable_dump()))["base_model"] == project.base_model
+    path.write_text(path.read_text().replace("./mymodel", "./nomodel"))
+    with pytest.raises(ConfigError, match=r"base_model: ./nomodel: no such folder \(.*nomodel; a relative"):
+        load_project(path)
+
+
 def test_calibration_metrics_of_a_textworld_benchmark_and_their_directions(micro_project):
     from sro.config import ProjectConfig
 
