@@ -267,11 +267,11 @@ class ProjectConfig(_Strict):
                 what = "the cost" if key == "cost" else f"{key}'s metric"
                 raise ValueError(f"objectives[{i}]: {key}: {obj[key]}, but {what} improves towards "
                                  f"{'lower' if better == 'min' else 'higher'} values; write `{key}: {better}`")
-        turns = {d: {src.kind == "textworld" for src in dom.sources} for d, dom in self.domains.items()}
+        turns = {d: {x.kind == "textworld" for x in [*dom.sources, *dom.benchmarks]} for d, dom in self.domains.items()}
         if any(len(k) > 1 for k in turns.values()) or len(set().union(*turns.values())) > 1:
             agent = sorted(d for d, k in turns.items() if True in k)
-            raise ValueError(f"domains {', '.join(agent)} have textworld sources and other sources are single-turn "
-                             "items; a project cannot yet mix the two: put them in separate projects")
+            raise ValueError(f"domains {', '.join(agent)} have textworld sources or benchmarks and the others are "
+                             "single-turn items; a project cannot yet mix the two: put them in separate projects")
         names = [k for k, _ in self.objective_directions()]
         for key in self.reference_point:
             if key not in names:

@@ -138,9 +138,13 @@ def write_report(run_dir: str | Path) -> Path:
     curve_div = curve_figure(records).to_html(include_plotlyjs=False, full_html=False)
     hv = info["hypervolume"] or {}
     hv_div = hypervolume_figure(hv).to_html(include_plotlyjs=False, full_html=False)
+    stated = data.get("reference_point") or {}
+    how = ("10% of each objective's range below its worst observed value" if not stated else
+           f"the project's reference_point for {', '.join(sorted(stated))}"
+           + (", 10% of the range below the worst observed value for the others"
+              if set(stated) < {k for k, _ in objectives} else ""))
     hv_note = (f"of the complete trials, objectives in the maximization frame (cost negated), reference point "
-               f"{[round(v, 4) for v in hv.get('ref_point', [])]}: 10% of each objective's range below its worst "
-               "observed value" if hv.get("trials") else "no complete trial yet")
+               f"{[round(v, 4) for v in hv.get('ref_point', [])]}: {how}" if hv.get("trials") else "no complete trial yet")
     saved = saved_budget(records)
     spent = info["spent"]
     page = _PAGE.render(

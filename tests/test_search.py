@@ -593,3 +593,23 @@ def test_a_study_with_other_objectives_or_an_unreachable_storage_is_a_one_line_e
     with pytest.raises(ConfigError, match=r"storage postgresql\+psycopg://u:\*\*\*@127.0.0.1:1/db: cannot open") as e:
         Ledger(away, tmp_path / "away")
     assert "secret" not in str(e.value) and "check `storage:`" in str(e.value)
+
+
+def test_the_reports_hypervolume_note_names_a_stated_reference_point(micro_project, tmp_path):
+    """The report says where the hypervolume's reference point comes from: the project's
+    `reference_point` where it states one (it always described the inferred point)."""
+    from sro.optimizer.hypervolume import hypervolume_history
+    from sro.report import write_report
+
+    project = load_project(micro_project("hvnote", "reference_point: {arithmetic/add: 0.1}\n"))
+    run_dir = tmp_path / "runs" / "hvnote"
+    ledger = Ledger(project, run_dir)
+    (run_dir / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    trial = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
+    ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    ledger.put("hypervolume", hypervolume_history(ledger.records(), project.objective_directions(),
+                                                  project.reference_point))
+    page = write_report(run_dir).read_text()
+    assert "the project's reference_point for arithmetic/add, 10% of the range below the worst observed " \
+           "value for the others" in page
