@@ -159,6 +159,11 @@ class JsonlTask(Task):
         """Distinct rows: a benchmark takes at most this many (more would repeat rows)."""
         return len(self.rows)
 
+    @property
+    def content_id(self) -> str:
+        """A digest of the rows: what caches keyed on this source must also key on (the file may change)."""
+        return hashlib.sha256(json.dumps(self.rows, sort_keys=True).encode()).hexdigest()[:16]
+
     def item(self, idx: int) -> Item:
         row = self.rows[self.order[idx % len(self.order)]]
         return Item(str(row["question"]), str(row["answer"]), self.spec.key, dict(row))

@@ -140,3 +140,19 @@ def test_a_trial_draws_through_the_recipe_filters(micro_project, tmp_path, monke
     assert all(q in rates and rates[q] <= 0.5 for q in qs)  # only estimated items inside the band
     assert len(set(qs)) == len(qs)  # dedup: no question twice in one pass
     assert any(r > 0.5 for r in rates.values()) or len(rates) > len(qs)  # the band had something to drop
+
+
+def test_an_edited_jsonl_file_gets_a_new_pass_rate_table(tmp_path):
+    """The pass-rate cache is keyed on a JSONL source's rows, not only its path: after an edit the
+    table is measured again (a stale one left the new questions out of every difficulty band)."""
+    import json
+
+    from evaluators.sources import make_task
+    from trainers.processing import table_id
+
+    p = tmp_path / "qa.jsonl"
+    p.write_text(json.dumps({"question": "1+1", "answer": "2"}) + "\n")
+    before = table_id("model", [make_task(SourceSpec("jsonl", str(p)), seed=0)], 256, 4)
+    assert table_id("model", [make_task(SourceSpec("jsonl", str(p)), seed=0)], 256, 4) == before
+    p.write_text(json.dumps({"question": "2+2", "answer": "4"}) + "\n")
+    assert table_id("model", [make_task(SourceSpec("jsonl", str(p)), seed=0)], 256, 4) != before

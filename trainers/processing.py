@@ -176,6 +176,15 @@ def estimate_pass_rates(model, tokenizer, tasks: Sequence[Task], n_items: int = 
     return rates
 
 
+def table_id(base_path: str, tasks: Sequence[Task], *settings: Any) -> str:
+    """The cache key of a pass-rate table: the base model, each source (with its file's content, so an
+    edited JSONL is measured again: its path alone left a stale table, whose difficulty band then
+    dropped every new question), and the estimate's settings."""
+    ident = json.dumps([base_path, [(t.spec.key, getattr(t, "seed", None), getattr(t, "content_id", None))
+                                    for t in tasks], *settings], sort_keys=True)
+    return hashlib.sha256(ident.encode()).hexdigest()[:16]
+
+
 def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path, n_items: int = 256, k: int = 4,
                     max_new_tokens: int = 8, device: str = "auto", seed: int = 0) -> dict[str, float]:
     """`estimate_pass_rates` with the base model at `base_path`, cached as JSON under `cache_dir`."""
@@ -183,9 +192,7 @@ def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path
 
     from trainers.models import load_policy
 
-    ident = json.dumps([base_path, [(t.spec.key, getattr(t, "seed", None)) for t in tasks], n_items, k,
-                        max_new_tokens, seed], sort_keys=True)
-    path = Path(cache_dir) / f"passrate-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
+    path = Path(cache_dir) / f"passrate-{table_id(base_path, tasks, n_items, k, max_new_tokens, seed)}.json"
     if path.is_file():
         return {str(q): float(r) for q, r in json.loads(path.read_text()).items()}
     model, tok = load_policy(base_path, device)

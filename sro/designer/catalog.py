@@ -137,7 +137,8 @@ def _measure(ctx, cache_dir: Path) -> dict[str, Any]:
     from trainers.models import load_policy
 
     project = ctx.project
-    ident = json.dumps([ctx.base_path, {d: [t.spec.key for t in ts] for d, ts in ctx.tasks.items()},
+    ident = json.dumps([ctx.base_path, {d: [(t.spec.key, getattr(t, "content_id", None)) for t in ts]
+                                        for d, ts in ctx.tasks.items()},  # an edited JSONL is measured again
                         project.seed, project.runtime.max_new_tokens, GREEDY_SAMPLE], sort_keys=True)
     path = cache_dir / f"catalog-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
     if path.is_file():
