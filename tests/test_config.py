@@ -122,7 +122,8 @@ def test_source_needs_one_kind(micro_project):
 
 
 def test_textworld_unknown_family(micro_project):
-    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"].update(sources=[{"textworld": "coin_colector"}]))
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"].update(
+        sources=[{"textworld": "coin_colector"}], benchmarks=[{"name": "add", "textworld": "coin_collector"}]))
     assert "sources[0].textworld: unknown textworld game family 'coin_colector'; did you mean 'coin_collector'?" in msg
 
 
