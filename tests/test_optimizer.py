@@ -409,6 +409,20 @@ def test_sampler_improves_a_single_objective_study() -> None:
     assert np.isfinite(study.best_value)
 
 
+def test_reseeding_between_trials_keeps_the_design_and_the_warm_model() -> None:
+    """`optimize(n_jobs > 1)` reseeds the sampler before every trial: the proposals must not change
+    (they used to come from a new Sobol scrambling each time, and the warm GP state was dropped)."""
+    def f(t: optuna.Trial) -> float:
+        return (t.suggest_float("x", -3, 3) - 1) ** 2 + t.suggest_float("y", 0, 1)
+
+    plain = optuna.create_study(sampler=SROSampler(seed=0, n_startup_trials=4, pool_size=200))
+    plain.optimize(f, n_trials=7)
+    sampler = SROSampler(seed=0, n_startup_trials=4, pool_size=200)
+    reseeded = optuna.create_study(sampler=sampler)
+    reseeded.optimize(f, n_trials=7, callbacks=[lambda study, trial: sampler.reseed_rng()])
+    assert [t.params for t in reseeded.trials] == [t.params for t in plain.trials]
+
+
 # --- hypervolume helpers and history -------------------------------------------------------------
 def test_hypervolume_helper_and_history_by_hand() -> None:
     from sro.optimizer.hypervolume import hypervolume, hypervolume_curve, hypervolume_history

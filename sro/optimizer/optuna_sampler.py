@@ -87,9 +87,10 @@ class SROSampler(BaseSampler):
         self._lock = threading.Lock()
 
     def reseed_rng(self) -> None:
+        """Optuna calls this before every trial of `optimize(n_jobs > 1)`. Only the fallback sampler is
+        reseeded: a new Sobol seed per trial would scatter the initial design (each point from another
+        scrambled sequence) and drop the warm GP state, as Optuna's own QMCSampler also avoids."""
         self._random.reseed_rng()
-        self._seed = secrets.randbits(31)
-        self._proposers.clear()
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return {name: d for name, d in self._search_space.calculate(study).items() if not d.single()}
