@@ -172,7 +172,7 @@ class SearchContext:
 
     def score_base(self, warn: Callable[[str], None] = print) -> dict[str, float]:
         """The base model's held-out scores; what the scoring noticed (`HeldOutNotes.lines`) is `warn`ed."""
-        model, tok = load_policy(self.base_path, self.project.runtime.device)
+        model, tok = load_policy(self.base_path, self.project.runtime.device, training=False)
         notes = HeldOutNotes()
         scores = self.score(model, tok, notes=notes)
         for line in notes.lines(self.project.runtime.max_new_tokens):

@@ -1,4 +1,5 @@
-"""A quickstart trial on CUDA in bf16, with the same code as on CPU (skipped where there is no GPU)."""
+"""A quickstart trial on CUDA (trained weights in fp32, scoring-only models in bf16), with the same code as
+on CPU (skipped where there is no GPU)."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ def test_quickstart_trial_on_cuda_bf16(tmp_path):
                      "beta": 0.0, "temperature": 1.0})
     from trainers.models import load_policy
 
-    model, _ = load_policy(ctx.base_path, "cuda")
+    model, _ = load_policy(ctx.base_path, "cuda")  # trained: fp32 weights (bf16 rounds small updates away)
     p = next(model.parameters())
-    assert p.device.type == "cuda" and p.dtype == torch.bfloat16
+    assert p.device.type == "cuda" and p.dtype == torch.float32
+    scored, _ = load_policy(ctx.base_path, "cuda", training=False)
+    assert next(scored.parameters()).dtype == torch.bfloat16
     out = run_trial(recipe, ctx)
     assert out.cost["gpu_h"] > 0
     base = ctx.score_base()

@@ -73,3 +73,29 @@ def test_weak_teacher_habit():
     order = random.Random(0)
     first_half = [order.random() < 0.5 for _ in PAIRS]
     assert sum(h == f for h, f in zip(half, first_half)) < 70
+
+
+def test_a_policy_that_trains_keeps_fp32_weights_on_cuda():
+    """In bf16 an AdamW update below half a bf16 step is rounded away: at the designer's lr for a 1.5B
+    model most weights never moved. A trained policy is fp32 wherever it runs; a scored-only one is
+    bf16 on CUDA (the dtype rule needs no GPU to check), fp32 on the CPU."""
+    import torch
+
+    from trainers.models import pick_dtype
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert pick_dtype(cuda) == torch.float32 and pick_dtype(cuda, training=False) == torch.bfloat16
+    assert pick_dtype(cpu) == pick_dtype(cpu, training=False) == torch.float32
+    # the reason, on the CPU: the same 20 AdamW steps at lr 2e-6 move a bf16 layer's weights far less
+    moved = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        torch.manual_seed(0)
+        w = torch.nn.Parameter((torch.randn(256, 256) * 0.02).to(dtype))
+        start = w.detach().clone()
+        opt = torch.optim.AdamW([w], lr=2e-6, weight_decay=0.0)
+        for _ in range(20):
+            (w.float() * torch.randn(256, 256)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+        moved[dtype] = (w.detach() != start).float().mean().item()
+    assert moved[torch.float32] > 0.99 and moved[torch.bfloat16] < 0.2

@@ -144,7 +144,7 @@ def _measure(ctx, cache_dir: Path) -> dict[str, Any]:
     if path.is_file():
         return json.loads(path.read_text())
     rates = ctx.pass_rates()  # k sampled completions per item: the difficulty filter's table
-    model, tok = load_policy(ctx.base_path, project.runtime.device)
+    model, tok = load_policy(ctx.base_path, project.runtime.device)  # it trains a few steps (throughput)
     out: dict[str, Any] = {"sources": {}, "train_samples_per_s": _throughput(model, tok, ctx)}
     for d, ts in ctx.tasks.items():
         for i, task in enumerate(ts):
