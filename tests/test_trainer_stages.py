@@ -53,6 +53,10 @@ def test_failure_clock_entropy_collapse_only_while_below_peak():
     clock = FailureClock(s)
     fired = [clock.observe(_m(r, entropy=0.001)) for r in (0.9, 0.7, 0.7)]
     assert fired[1] is None and "entropy collapsed" in fired[2]
+    # converged: certain and solving nearly everything; a one-sample dip is not "below its peak"
+    clock = FailureClock(CollapseSettings(min_entropy=1e-3, patience=3, smoothing=0.5))
+    rewards = (0.5, 0.75, 0.9, *[1.0] * 7, 15 / 16, 1.0, 15 / 16, 1.0, 1.0)
+    assert all(clock.observe(_m(r, entropy=5e-4)) is None for r in rewards)
 
 
 def test_batch_schedule_and_lr_scaling():

@@ -25,6 +25,11 @@ class CollapseSettings:
     min_entropy: float = 1e-3
     """Fire when the mean token entropy (nats) stays below this for `patience` steps while the
     reward is below its peak (a policy that is certain and getting worse)."""
+    peak_margin: float = 0.1
+    """For the entropy test, "below its peak" means by more than this share of the peak (and at least
+    0.05): a converged policy (certain, and at its best) dips by a sample now and then. Until stop 24
+    any dip counted, so a run that had solved its task (smoothed reward 0.99 after a peak of 1.0) was
+    stopped as collapsed."""
     max_grad_norm: float = 1e4
     """Fire on a pre-clip gradient norm above this."""
     max_stale_kl: float = 5.0
@@ -56,7 +61,7 @@ class FailureClock:
         r = float(m["reward"])
         self.ema = r if self.ema is None else s.smoothing * r + (1 - s.smoothing) * self.ema
         self.peak = max(self.peak, self.ema)
-        below_peak = self.ema < self.peak
+        below_peak = self.ema < self.peak - max(0.05, s.peak_margin * abs(self.peak))
         fell = self.peak >= s.min_peak and self.ema < (1 - s.reward_drop) * self.peak
         self.low_reward = self.low_reward + 1 if fell else 0
         if self.low_reward >= s.patience:
