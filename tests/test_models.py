@@ -99,3 +99,16 @@ def test_a_policy_that_trains_keeps_fp32_weights_on_cuda():
             opt.zero_grad()
         moved[dtype] = (w.detach() != start).float().mean().item()
     assert moved[torch.float32] > 0.99 and moved[torch.bfloat16] < 0.2
+
+
+def test_an_hf_id_without_an_owner_is_looked_up_offline(monkeypatch):
+    """`gpt2` is a canonical HF model id: offline it is looked up in the local HF cache like any id (it
+    used to be refused as "neither a local folder nor an HF model id" before the cache was tried); an
+    id that is in no cache is a `ModelLoadError` naming it."""
+    from trainers.models import ModelLoadError, load_policy
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", "/nonexistent-sro-hf-home")
+    with pytest.raises(ModelLoadError, match="cannot load tokenizer gpt2") as e:
+        load_policy("gpt2", "cpu")
+    assert "neither a local folder" not in str(e.value)

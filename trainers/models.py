@@ -81,8 +81,6 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", trai
     if missing_local_folder(src):
         raise ModelLoadError(f"{src}: no such folder; give a local model folder that exists, or an HF model id")
     src = str(Path(src).expanduser()) if looks_like_path(src) else src
-    if not Path(src).exists() and os.environ.get("HF_HUB_OFFLINE") == "1" and "/" not in src:
-        raise ModelLoadError(f"{src!r} is neither a local folder nor an HF model id")
     tok = load_tokenizer(src)
     try:
         model = AutoModelForCausalLM.from_pretrained(src, dtype=pick_dtype(dev, training))
