@@ -25,6 +25,10 @@ def test_tiny_builds_caches_and_loads_as_hf_folder(tmp_path):
     assert ensure_tiny(PAIRS, tmp_path, SPEC) == path  # cached: same inputs, same folder
     assert ensure_tiny(PAIRS[:-1], tmp_path, SPEC) != path  # other sources, other model
 
+    # an incomplete cache folder (an interrupted copy: no build.json) is rebuilt, not returned as it is
+    (path / "build.json").unlink()
+    (path / "tokenizer.json").unlink()
+    assert ensure_tiny(PAIRS, tmp_path, SPEC) == path and (path / "build.json").is_file()
     model, tok = load_policy(str(path), device="cpu")
     assert type(model).__name__ == "Qwen2ForCausalLM" and type(tok).__name__ == "Qwen2Tokenizer"
     text = "Calculate 3 + 4.\nAnswer: 7"

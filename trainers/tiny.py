@@ -158,8 +158,15 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     info = {"spec": asdict(spec), "pairs": len(pairs), "final_loss": losses[-1] if losses else None,
             "seconds": round(time.time() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
     (tmp / "build.json").write_text(json.dumps(info, indent=2))
-    try:
-        tmp.rename(out)
-    except OSError:  # another process renamed its (identical) build first
-        shutil.rmtree(tmp, ignore_errors=True)
+    for attempt in range(2):
+        try:
+            tmp.rename(out)
+            break
+        except OSError:  # another process renamed its (identical) build first ...
+            if (out / "build.json").is_file() or attempt:
+                shutil.rmtree(tmp, ignore_errors=True)
+                break
+            # ... or `out` is an incomplete folder (an interrupted copy, a file deleted by hand): it
+            # would be returned, and fail to load, on every run; replace it
+            shutil.rmtree(out, ignore_errors=True)
     return out
