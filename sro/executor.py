@@ -54,6 +54,11 @@ class TrialOutcome:
     notes: list[str] = field(default_factory=list)
     """What the person running the search should see beside the scores (e.g. held-out episodes that
     an environment error ended)."""
+    time_limited: bool = False
+    """The trial's time limit (`max_seconds`) ended its training before its last step: its scores are
+    those of a shorter recipe. Training that ended early for another reason (a collapse it was told to
+    train through) is not: until stop 24 the search took any short curve under a wall budget for a cut,
+    recorded it `stopped` and retried the recipe again and again."""
 
 
 @dataclass
@@ -233,6 +238,13 @@ def training_limit(cfg: GRPOConfig, t0: float, scoring_s: float) -> GRPOConfig:
     return replace(cfg, max_seconds=max(0.0, cfg.max_seconds - (time.monotonic() - t0) - scoring_s))
 
 
+def cut_by_limit(curve: list[dict[str, float]], cfg: GRPOConfig) -> bool:
+    """Whether the trainer's time limit (`cfg.max_seconds`) ended the training before its last step:
+    the trainers stop once a step's `wall_s` reaches it."""
+    return (cfg.max_seconds is not None and 0 < len(curve) < cfg.steps
+            and float(curve[-1].get("wall_s", 0.0)) >= cfg.max_seconds - 1e-3)
+
+
 def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, **runtime) -> GRPOConfig:
     """The recipe's algorithm (default grpo) as a validated trainer config; `TrialFailed` if invalid."""
     try:
@@ -324,7 +336,8 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
         metrics = sft(model, tok, mixture, sft_config_for(values, seed=cfg.seed))
     except (ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key}: SFT stage: {e}") from None
-    trainer = GRPOTrainer(model, tok, training_limit(cfg, t0, ctx.score_s), mixture)
+    tcfg = training_limit(cfg, t0, ctx.score_s)
+    trainer = GRPOTrainer(model, tok, tcfg, mixture)
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
     train_s = time.monotonic() - t0
@@ -348,7 +361,8 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
             metrics[f"train_score/{d}"] = round(s, 4)
             if held:
                 metrics[f"gap/{d}"] = round(s - sum(held) / len(held), 4)
-    return TrialOutcome(scores, cost(), curve, metrics, notes.lines(project.runtime.max_new_tokens))
+    return TrialOutcome(scores, cost(), curve, metrics, notes.lines(project.runtime.max_new_tokens),
+                        cut_by_limit(curve, tcfg))
 
 
 def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,
@@ -360,8 +374,8 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
     if not all(getattr(t, "multi_turn", False) for t in tasks):
         raise TrialFailed("a project cannot yet mix textworld and single-turn domains; put them in separate projects")
     try:
-        mcfg = multi_turn_config(str(recipe.get("algorithm", "grpo")), training_limit(cfg, t0, ctx.score_s),
-                                 {**recipe.fixed, **recipe.values})
+        tcfg = training_limit(cfg, t0, ctx.score_s)
+        mcfg = multi_turn_config(str(recipe.get("algorithm", "grpo")), tcfg, {**recipe.fixed, **recipe.values})
     except (ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key} is not a valid multi-turn config: {e}") from None
     trainer = MultiTurnTrainer(model, tok, mcfg, tasks)
@@ -378,4 +392,5 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
                **notes.metrics(multi_turn=True)}
     lines = [f"{len(trainer.failures)} training episode(s) ended by an environment error, e.g. "
              f"{trainer.failures[0]}"] if trainer.failures else []
-    return TrialOutcome(scores, cost, curve, metrics, lines + notes.lines(ctx.project.runtime.max_new_tokens))
+    return TrialOutcome(scores, cost, curve, metrics, lines + notes.lines(ctx.project.runtime.max_new_tokens),
+                        cut_by_limit(curve, tcfg))

@@ -205,7 +205,7 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                            turns=int(recipe.get("mt.history", 0))) if pruner else None
         try:
             out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
-            if (remaining is not None or stop) and len(out.curve) < steps:
+            if (stop or out.time_limited) and len(out.curve) < steps:
                 # the budget ran out mid-training: these are the scores of a shorter recipe, kept
                 # apart from the complete trials (not on the front, not a model's training point)
                 why = f"the budget ({stop})" if stop else "the wall-clock budget"

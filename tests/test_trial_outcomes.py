@@ -114,7 +114,8 @@ def test_trial_cut_by_the_wall_clock_budget_is_kept_apart(micro_project, tmp_pat
 
     def short_run(recipe, ctx, max_seconds=None, **kw):  # training stopped by max_seconds after 1 step
         assert max_seconds is not None and max_seconds > 0
-        return TrialOutcome({"arithmetic/add": 0.5}, {"wall_s": 3600.0}, [{"reward": 0.1, "loss": 0.0}], {})
+        return TrialOutcome({"arithmetic/add": 0.5}, {"wall_s": 3600.0}, [{"reward": 0.1, "loss": 0.0}], {},
+                            time_limited=True)
 
     monkeypatch.setattr(sro.search, "run_trial", short_run)
     runs = tmp_path / "runs"
@@ -287,3 +288,31 @@ def test_a_jsonl_file_that_is_source_and_benchmark_is_split_not_trained_on(micro
     path.write_text(path.read_text().replace("        size: 10\n", "        size: 40\n"))
     with pytest.raises(ConfigError, match=r"domains.arithmetic.sources\[0\] .*every question is also a held-out"):
         ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
+
+
+@pytest.mark.slow
+def test_training_that_ends_early_by_itself_under_a_wall_budget_is_complete(micro_project, tmp_path, monkeypatch):
+    """Under a wall-clock budget, only a trial its time limit cut is `stopped` (and retried later): one
+    whose training ended early for its own reasons (a collapse it was told to train through) is a
+    result. It used to be taken for a cut, recorded `stopped` and retried at once, again and again."""
+    import sro.search
+    from sro.executor import TrialOutcome, cut_by_limit
+    from trainers.grpo import GRPOConfig
+
+    assert cut_by_limit([{"wall_s": 9.99995}], GRPOConfig(steps=3, max_seconds=10.0))
+    assert not cut_by_limit([{"wall_s": 4.0}], GRPOConfig(steps=3, max_seconds=10.0))  # ended by itself
+    assert not cut_by_limit([{"wall_s": 12.0}] * 3, GRPOConfig(steps=3, max_seconds=10.0))  # every step ran
+    assert not cut_by_limit([{"wall_s": 12.0}], GRPOConfig(steps=3))
+
+    def ends_early(recipe, ctx, max_seconds=None, **kw):
+        return TrialOutcome({"arithmetic/add": 0.4}, {"wall_s": 2.0}, [{"reward": 0.1, "loss": 0.0}],
+                            {"collapsed_at_samples": 8.0})
+
+    monkeypatch.setattr(sro.search, "run_trial", ends_early)
+    runs = tmp_path / "runs"
+    (runs / "early").mkdir(parents=True)
+    (runs / "early" / "space.yaml").write_text(SPACE.format(fixed="seed: 0"))
+    summary = run_search(load_project(micro_project("early")), Budget.parse("1h,3trials"), runs, "random",
+                         Console(quiet=True))
+    assert [t.state for t in summary.trials] == ["complete"] * 3
+    assert len({t.recipe.key for t in summary.trials}) == 3
