@@ -119,7 +119,8 @@ def distributions(space: RecipeSpace, values: dict[str, Any]) -> dict[str, BaseD
             out[p.name] = CategoricalDistribution(list(p.choices or []))
     for s in space.simplexes:
         for m in s.members:
-            out[m] = FloatDistribution(0.0, 1.0)
+            if m in values:
+                out[m] = FloatDistribution(0.0, 1.0)
     return out
 
 

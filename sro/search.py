@@ -20,7 +20,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from sro.budget import COSTS, Budget, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
-from sro.designer.redesign import fits, in_space, maybe_redesign
+from sro.designer.redesign import in_space, maybe_redesign
 from sro.executor import SearchContext, TrialCollapsed, run_trial
 from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
@@ -122,8 +122,10 @@ def _retry(records: list[TrialRecord], space: RecipeSpace) -> Recipe | None:
     or whose training the budget cut short (`stopped`), unless the study has finished or is running the
     same recipe (another worker took it up), or the search space has since been redesigned without it."""
     taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
-    return next((r.recipe for r in records if r.state in ("interrupted", "stopped") and r.recipe.key not in taken
-                 and fits(space, r.recipe)), None)
+    # as this space holds it (`in_space`: same key), so a setting an earlier version fixed and this one
+    # searches is among its values (claiming the raw recipe raised KeyError on every resume)
+    return next((r.recipe for r in in_space(space, [r for r in records if r.state in ("interrupted", "stopped")])
+                 if r.recipe.key not in taken), None)
 
 
 def _start_recipes(project: ProjectConfig, space: RecipeSpace, run_dir: Path, records: list[TrialRecord],

@@ -307,6 +307,16 @@ def test_a_retry_must_fit_the_current_space():
     assert _retry(recs, space).key == outside.key  # the oldest first
     assert _retry(recs, narrowed).key == inside.key
     assert _retry(recs[:1], narrowed) is None
+    # a mixture weight the old space fixed and this one searches: the retry holds it among its values
+    # (same key), and its claim's distributions are built without a KeyError (on every resume, before)
+    from sro.ledger import distributions
+
+    fixed_mix = Recipe(dict(inside.values), {**space.fixed, "mix.arithmetic": 1.0})
+    mixed = RecipeSpace.from_yaml(SMALL_SPACE.replace("version: 1", "version: 2")
+                                  + "simplexes: {mix: {members: [mix.arithmetic], why: one domain}}\n")
+    again = _retry([TrialRecord(0, "stopped", fixed_mix)], mixed)
+    assert again.key == fixed_mix.key and again.values["mix.arithmetic"] == 1.0
+    assert set(distributions(mixed, again.values)) == set(again.values)
 
 
 def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path, shared_storage):
