@@ -303,6 +303,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         ledger.put("base_scores", base)
         ledger.put("base_path", ctx.base_path)
     ledger.put("overlap", ctx.overlap)
+    # the last held-out scoring's seconds, which a trial's time limit keeps for its own scoring: kept in the
+    # study, so a resumed worker (the base model's scores cached, nothing scored yet) keeps them too
+    ctx.score_s = ctx.score_s or float(ledger.get("score_s", 0.0))
     ledger.add_worker_time(time.monotonic() - t0)  # the set-up counts against a wall-clock budget
     mark, training_s = time.monotonic(), 0.0  # and so does the rest of this worker's time but training
     console.print(f"base model held-out: {_fmt_scores(base)}")
@@ -370,6 +373,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
+            ledger.put("score_s", round(ctx.score_s, 2))
             shared = ledger.shared_space()
             if shared is not None and shared.version >= space.version and shared.to_yaml() != space.to_yaml():
                 # another worker's redesign, or a person's edit published by a restarted worker

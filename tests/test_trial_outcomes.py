@@ -316,3 +316,26 @@ def test_training_that_ends_early_by_itself_under_a_wall_budget_is_complete(micr
                          Console(quiet=True))
     assert [t.state for t in summary.trials] == ["complete"] * 3
     assert len({t.recipe.key for t in summary.trials}) == 3
+
+
+@pytest.mark.slow
+def test_a_resumed_search_keeps_room_for_the_held_out_scoring(micro_project, tmp_path, monkeypatch):
+    """The seconds of the last held-out scoring (what a trial's time limit keeps for its own scoring)
+    are kept in the study: a resumed search, whose base-model scores are cached so that nothing is
+    scored before its first trial, reads them (it used to reserve nothing for that trial)."""
+    import sro.search
+    from sro.executor import TrialOutcome
+
+    seen: list[float] = []
+
+    def fake(recipe, ctx, max_seconds=None, **kw):
+        seen.append(ctx.score_s)
+        return TrialOutcome({"arithmetic/add": 0.4}, {"wall_s": 2.0}, [{"reward": 0.1}] * int(recipe.get("steps")), {})
+
+    monkeypatch.setattr(sro.search, "run_trial", fake)
+    runs = tmp_path / "runs"
+    (runs / "room").mkdir(parents=True)
+    (runs / "room" / "space.yaml").write_text(SPACE.format(fixed="seed: 0"))
+    run_search(load_project(micro_project("room")), Budget.parse("1h,1trials"), runs, "random", Console(quiet=True))
+    run_search(load_project(micro_project("room")), Budget.parse("1h,2trials"), runs, "random", Console(quiet=True))
+    assert len(seen) == 2 and seen[0] > 0 and seen[1] == pytest.approx(seen[0], abs=0.01)
