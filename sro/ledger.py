@@ -250,10 +250,17 @@ class Ledger:
         else:
             self._beats[trial._trial_id] = _Heartbeat(self.storage, trial._trial_id, self.heartbeat_s)
             return trial
-        trial.set_user_attr("withdrawn", True)
-        trial.set_user_attr("message", f"withdrawn: {self.withdrawal}")
-        self.study.tell(trial, state=TrialState.FAIL)
+        self.withdraw(trial, self.withdrawal)
         return None
+
+    def withdraw(self, trial: optuna.Trial, why: str) -> None:
+        """Take back a claim that trained nothing: recorded FAIL with `withdrawn` (which `records` skips)."""
+        self.withdrawal = why
+        trial.set_user_attr("withdrawn", True)
+        trial.set_user_attr("message", f"withdrawn: {why}")
+        self.study.tell(trial, state=TrialState.FAIL)
+        self._closed.add(trial._trial_id)
+        self._stop_heartbeat(trial)
 
     def progress(self, trial: optuna.Trial, curve: list[dict[str, float]],
                  so_far: dict[str, float] | None = None) -> None:

@@ -370,6 +370,10 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             # proposing and claiming count before the trial starts: its wall-clock limit leaves them out
             ledger.add_worker_time(t_train - mark)
             mark, spent = t_train, ledger.spent()
+            if (over := budget.over_cost(spent)) is not None:  # proposing and claiming spent the rest
+                ledger.withdraw(trial, f"the budget ran out while proposing ({over})")
+                reason = over
+                break
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))

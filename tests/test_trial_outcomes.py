@@ -339,3 +339,34 @@ def test_a_resumed_search_keeps_room_for_the_held_out_scoring(micro_project, tmp
     run_search(load_project(micro_project("room")), Budget.parse("1h,1trials"), runs, "random", Console(quiet=True))
     run_search(load_project(micro_project("room")), Budget.parse("1h,2trials"), runs, "random", Console(quiet=True))
     assert len(seen) == 2 and seen[0] > 0 and seen[1] == pytest.approx(seen[0], abs=0.01)
+
+
+@pytest.mark.slow
+def test_no_trial_starts_when_proposing_spent_the_rest_of_the_budget(micro_project, tmp_path, monkeypatch):
+    """Proposing and claiming count against a wall-clock budget; if they used up the rest of it the claim
+    is withdrawn and the search ends. Before, the trial started with a limit of 0 s (loading the model,
+    a step and the whole held-out scoring past the budget) and was recorded `stopped`, to be rerun."""
+    import sro.search
+    from sro.executor import TrialOutcome
+    from sro.ledger import Ledger
+
+    ran: list[float | None] = []
+
+    def fake(recipe, ctx, max_seconds=None, **kw):
+        ran.append(max_seconds)
+        return TrialOutcome({"arithmetic/add": 0.4}, {"wall_s": 2.0}, [{"reward": 0.1}], {}, time_limited=True)
+
+    claim = Ledger.start
+
+    def slow_claim(self, recipe, space, max_trials=None):  # as if proposing took the budget's last hour
+        trial = claim(self, recipe, space, max_trials)
+        self.add_worker_time(3600.0)
+        return trial
+
+    monkeypatch.setattr(sro.search, "run_trial", fake)
+    monkeypatch.setattr(Ledger, "start", slow_claim)
+    runs = tmp_path / "runs"
+    (runs / "late").mkdir(parents=True)
+    (runs / "late" / "space.yaml").write_text(SPACE.format(fixed="seed: 0"))
+    summary = run_search(load_project(micro_project("late")), Budget.parse("1h"), runs, "random", Console(quiet=True))
+    assert ran == [] and summary.trials == [] and "wall time spent" in summary.stop_reason
