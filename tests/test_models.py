@@ -116,3 +116,22 @@ def test_an_hf_id_without_an_owner_is_looked_up_offline(monkeypatch):
     with pytest.raises(ModelLoadError, match="cannot load tokenizer gpt2") as e:
         load_policy("gpt2", "cpu")
     assert "neither a local folder" not in str(e.value)
+
+
+def test_a_policy_loaded_for_training_has_no_dropout(tmp_path):
+    """A model with dropout (GPT-2 style; Qwen2's is 0): the trainer's forward passes run in train mode
+    and the sampler's in eval mode, so with dropout on, π/μ ≠ 1 before any update. A policy loaded to
+    be trained has every dropout at 0; one loaded to be scored keeps its config."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from trainers.tiny import build_tokenizer
+
+    tok = build_tokenizer([f"add {a} {b}\nAnswer: {a + b}" for a in range(5) for b in range(5)] * 4, 270)
+    GPT2LMHeadModel(GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=1, n_head=2, n_positions=64,
+                               resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1)).save_pretrained(tmp_path / "g")
+    tok.save_pretrained(tmp_path / "g")
+    model, _ = load_policy(str(tmp_path / "g"), "cpu")
+    drops = [m.p for m in model.modules() if isinstance(m, torch.nn.Dropout)]
+    assert drops and all(p == 0.0 for p in drops)
+    scored, _ = load_policy(str(tmp_path / "g"), "cpu", training=False)
+    assert any(m.p == 0.1 for m in scored.modules() if isinstance(m, torch.nn.Dropout))

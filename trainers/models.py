@@ -72,7 +72,8 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]):
 
 def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", training: bool = True):
     """(model, tokenizer) in eval mode on the chosen device; `training`: its weights will be updated
-    (fp32; a model only scored is bf16 on CUDA, `pick_dtype`)."""
+    (fp32, a model only scored is bf16 on CUDA, `pick_dtype`; and no dropout, as RL trainers do)."""
+    import torch
     from transformers import AutoModelForCausalLM
 
     _quiet_hub()
@@ -87,6 +88,10 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", trai
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot load model {src}: {str(e).splitlines()[0]}") from None
     model.to(dev).eval()
+    if training:  # trained in train mode, sampled (μ) in eval mode: with dropout on, π/μ ≠ 1 before any update
+        for m in model.modules():
+            if isinstance(m, torch.nn.Dropout):
+                m.p = 0.0
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tok.pad_token_id
     return model, tok
