@@ -70,3 +70,33 @@ def test_vllm_backend_samples_and_syncs(tiny):
             p.zero_()
     be.sync(model)  # a zeroed policy is uniform: completions still come back, shaped the same
     assert be.generate([format_prompt("add 1 2", tok)], 2, 1.0, 4).input_ids.shape[0] == 2
+
+
+def test_every_end_of_sequence_token_ends_a_completion(tiny):
+    """A chat model's generation config lists more than one end of sequence (Qwen2.5-Instruct:
+    `<|im_end|>` and `<|endoftext|>`): each ends a completion, in `generate` and in the vLLM path's
+    assembly. With the tokenizer's alone, a completion ending at the other ran on to `max_new_tokens`
+    and was trained as truncated."""
+    from trainers.rollout import eos_ids, generate
+
+    model, tok = tiny
+    other = tok.convert_tokens_to_ids("7")
+    model.generation_config.eos_token_id = [tok.eos_token_id, other]
+    assert eos_ids(model, tok) == [tok.eos_token_id, other]
+    ro = rollouts_from_ids([[5, 6]], [[9, other, 9], [9, 9, 9]], tok, 2, eos_ids=eos_ids(model, tok))
+    assert ro.completion_mask.tolist() == [[1, 1, 0], [1, 1, 1]] and ro.truncated.tolist() == [False, True]
+    asked: dict = {}
+
+    def stops_at_seven(input_ids, eos_token_id=None, **kw):  # what HF returns when it stops at "7"
+        asked["eos"] = eos_token_id
+        tail = torch.tensor([[9, other, tok.pad_token_id]]).repeat(input_ids.shape[0], 1)
+        return torch.cat([input_ids, tail], dim=1)
+
+    real, model.generate = model.generate, stops_at_seven
+    try:
+        ro = generate(model, tok, [format_prompt("add 1 2", tok)], 1, max_new_tokens=5, greedy=True)
+    finally:
+        model.generate = real
+        model.generation_config.eos_token_id = tok.eos_token_id
+    assert asked["eos"] == [tok.eos_token_id, other]
+    assert ro.completion_mask.tolist() == [[1, 1, 0]] and ro.truncated.tolist() == [False]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from evaluators.registry import Registry
-from trainers.rollout import Rollouts, generate
+from trainers.rollout import Rollouts, eos_ids, generate
 
 ROLLOUT_BACKENDS: Registry = Registry("rollout backend")
 
@@ -39,22 +39,25 @@ class HFBackend:
 
 
 def rollouts_from_ids(prompt_ids: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], tokenizer,
-                      group_size: int, device: torch.device | str = "cpu") -> Rollouts:
+                      group_size: int, device: torch.device | str = "cpu",
+                      eos_ids: Sequence[int] | None = None) -> Rollouts:
     """Assemble `Rollouts` from token ids: `prompt_ids` per prompt, `completions` prompt-major
-    (group_size per prompt, each ending at <eos> or truncated). Prompts are left-padded, completions
-    right-padded; the completion mask covers tokens up to and including the first <eos>."""
-    pad, eos = tokenizer.pad_token_id, tokenizer.eos_token_id
+    (group_size per prompt, each ending at an end-of-sequence token, `eos_ids` (default the
+    tokenizer's), or truncated). Prompts are left-padded, completions right-padded; the completion mask
+    covers tokens up to and including the first end of sequence."""
+    pad = tokenizer.pad_token_id
+    ends = set(eos_ids or [tokenizer.eos_token_id])
     L = max(len(p) for p in prompt_ids)
     C = max(1, max(len(c) for c in completions))
     ids, att, cmask, trunc = [], [], [], []
     for i, comp in enumerate(completions):
         p = list(prompt_ids[i // group_size])
         comp = list(comp)
-        cut = comp.index(eos) + 1 if eos in comp else len(comp)
+        cut = next((j + 1 for j, tok in enumerate(comp) if tok in ends), len(comp))
         ids.append([pad] * (L - len(p)) + p + comp + [pad] * (C - len(comp)))
         att.append([0] * (L - len(p)) + [1] * len(p) + [1] * cut + [0] * (C - cut))
         cmask.append([1] * cut + [0] * (C - cut))
-        trunc.append(eos not in comp)
+        trunc.append(not any(tok in ends for tok in comp))
     t = lambda x, dt=torch.long: torch.tensor(x, dtype=dt, device=device)  # noqa: E731
     input_ids, completion_mask = t(ids), t(cmask)
     texts = tokenizer.batch_decode(input_ids[:, L:].masked_fill(completion_mask == 0, pad), skip_special_tokens=True)
@@ -75,6 +78,7 @@ class VLLMBackend:
         if not torch.cuda.is_available():
             raise BackendUnavailable("rollout backend 'vllm' needs a CUDA GPU; use rollout_backend: hf on CPU")
         self.tok = tokenizer
+        self.eos = eos_ids(model, tokenizer)
         self._dir = tempfile.TemporaryDirectory(prefix="sro-vllm-")
         model.save_pretrained(self._dir.name)
         tokenizer.save_pretrained(self._dir.name)
@@ -84,11 +88,11 @@ class VLLMBackend:
 
     def generate(self, prompts: list[str], group_size: int, temperature: float, max_new_tokens: int) -> Rollouts:
         params = self._vllm.SamplingParams(n=group_size, temperature=temperature, top_p=1.0, top_k=-1,
-                                           max_tokens=max_new_tokens, stop_token_ids=[self.tok.eos_token_id])
+                                           max_tokens=max_new_tokens, stop_token_ids=self.eos)
         prompt_ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
         completions = [list(c.token_ids) for o in outs for c in o.outputs]
-        return rollouts_from_ids(prompt_ids, completions, self.tok, group_size, device="cuda")
+        return rollouts_from_ids(prompt_ids, completions, self.tok, group_size, device="cuda", eos_ids=self.eos)
 
     def sync(self, model) -> None:
         engine_model = self.llm.llm_engine.model_executor.driver_worker.model_runner.model

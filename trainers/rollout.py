@@ -58,6 +58,18 @@ def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
+def eos_ids(model, tokenizer) -> list[int]:
+    """Every token that ends a completion: the tokenizer's end of sequence and those of the model's
+    generation config (a chat model such as Qwen2.5-Instruct lists `<|im_end|>` and `<|endoftext|>`;
+    with the tokenizer's alone, a completion ending at the other ran on to `max_new_tokens`)."""
+    out = [tokenizer.eos_token_id]
+    cfg = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    for i in cfg if isinstance(cfg, (list, tuple)) else [cfg]:
+        if i is not None and i not in out:
+            out.append(int(i))
+    return out
+
+
 @torch.no_grad()
 def generate(model, tokenizer, prompts: list[str], group_size: int = 1, temperature: float = 1.0,
              max_new_tokens: int = 8, greedy: bool = False) -> Rollouts:
@@ -65,13 +77,14 @@ def generate(model, tokenizer, prompts: list[str], group_size: int = 1, temperat
     dev = next(model.parameters()).device
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(dev)
     kwargs = dict(do_sample=False) if greedy else dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    eos = eos_ids(model, tokenizer)
     out = model.generate(
         **enc, max_new_tokens=max_new_tokens, num_return_sequences=group_size,
-        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, **kwargs,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, **kwargs,
     )  # (N, L + C') with C' <= max_new_tokens
     prompt_len = enc["input_ids"].shape[1]
     comp = out[:, prompt_len:]
-    is_eos = comp == tokenizer.eos_token_id
+    is_eos = torch.isin(comp, torch.tensor(eos, device=comp.device))
     # 1 up to and including the first eos
     before_eos = (is_eos.long().cumsum(-1) - is_eos.long()) == 0
     completion_mask = before_eos.long()
