@@ -35,9 +35,31 @@ runtime: {{tiny_pretrain_steps: 30, threads: 2}}
 """
 
 
+@pytest.fixture(scope="session")
+def micro_model(tmp_path_factory) -> Path:
+    """The tiny model the micro project pre-trains, built once per session: each micro search would
+    otherwise pre-train its own (about 8 s each, a few minutes over the suite)."""
+    from sro.config import load_project
+    from sro.executor import SearchContext
+
+    d = tmp_path_factory.mktemp("micro-model")
+    (d / "micro.yaml").write_text(MICRO.format(name="micro"))
+    SearchContext.prepare(load_project(d / "micro.yaml"), d / "cache", log=lambda s: None)
+    (model,) = (d / "cache").glob("tiny-*")
+    return model
+
+
 @pytest.fixture
-def micro_project(tmp_path: Path):
-    """Write a micro project YAML (one domain, 24 held-out items, 30 pre-training steps)."""
+def micro_project(tmp_path: Path, micro_model: Path):
+    """Write a micro project YAML (one domain, 24 held-out items, 30 pre-training steps). Its tiny model
+    is already in the model caches the tests use (`tmp_path/runs/.cache`, `tmp_path/cache`): the same
+    folder the project's own pre-training would write (a project whose sources a test changes gets
+    another key, and pre-trains its own)."""
+    import shutil
+
+    for cache in (tmp_path / "runs" / ".cache", tmp_path / "cache"):
+        if not (cache / micro_model.name).exists():
+            shutil.copytree(micro_model, cache / micro_model.name)
 
     def make(name: str = "micro", extra: str = "") -> Path:
         p = tmp_path / f"{name}.yaml"
