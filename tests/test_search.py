@@ -426,16 +426,22 @@ def test_cli_missing_run_dir(tmp_path):
     assert r.returncode == 2 and "no project.yaml" in r.stderr
 
 
-def test_reading_verbs_and_bad_input_do_not_load_torch(micro_project, tmp_path):
-    """`sro show`, `sro export` and a search refused for its --budget answer in about 2 s, not 5-7:
-    torch, transformers and BoTorch are loaded by the verbs that train or propose, not by these."""
-    project = load_project(micro_project("light"))
-    run_dir = tmp_path / "runs" / "light"
+def _run_with_one_trial(project, run_dir: Path) -> Ledger:
+    """A run folder as `sro search` leaves it (its project.yaml and study), with one complete trial."""
     ledger = Ledger(project, run_dir)
     (run_dir / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
     space = RecipeSpace.from_yaml(SMALL_SPACE)
     trial = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
     ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    return ledger
+
+
+def test_reading_verbs_and_bad_input_do_not_load_torch(micro_project, tmp_path):
+    """`sro show`, `sro export` and a search refused for its --budget answer in about 2 s, not 5-7:
+    torch, transformers and BoTorch are loaded by the verbs that train or propose, not by these."""
+    project = load_project(micro_project("light"))
+    run_dir = tmp_path / "runs" / "light"
+    _run_with_one_trial(project, run_dir)
     probe = ("import sys\nfrom sro.cli import app\ntry:\n    app(sys.argv[1:])\nexcept SystemExit as e:\n"
              "    print('EXIT', e.code)\nprint('LOADED', [m for m in ('torch', 'transformers', 'botorch') "
              "if m in sys.modules])")
@@ -613,11 +619,7 @@ def test_the_reports_hypervolume_note_names_a_stated_reference_point(micro_proje
 
     project = load_project(micro_project("hvnote", "reference_point: {arithmetic/add: 0.1}\n"))
     run_dir = tmp_path / "runs" / "hvnote"
-    ledger = Ledger(project, run_dir)
-    (run_dir / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
-    space = RecipeSpace.from_yaml(SMALL_SPACE)
-    trial = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
-    ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    ledger = _run_with_one_trial(project, run_dir)
     ledger.put("hypervolume", hypervolume_history(ledger.records(), project.objective_directions(),
                                                   project.reference_point))
     page = write_report(run_dir).read_text()
