@@ -332,12 +332,17 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
     mixture = Mixture(ctx.tasks, recipe.mixture(list(project.domains)), seed=project.seed,
                       exclude_questions=ctx.exclude, keep=keep, source_weights=source_weights(recipe, ctx.tasks))
     values = {**recipe.fixed, **recipe.values}
+    # the SFT stage ends where the RL stage would have no time left (the trial is then `stopped`)
+    deadline = None if cfg.max_seconds is None else t0 + cfg.max_seconds - ctx.score_s
     try:  # SFT → RL: the optional SFT stage trains on verified solutions from the same mixture
-        metrics = sft(model, tok, mixture, sft_config_for(values, seed=cfg.seed))
+        metrics = sft(model, tok, mixture, sft_config_for(values, seed=cfg.seed), deadline=deadline)
     except (ValueError, TypeError) as e:
         raise TrialFailed(f"recipe {recipe.key}: SFT stage: {e}") from None
     tcfg = training_limit(cfg, t0, ctx.score_s)
     trainer = GRPOTrainer(model, tok, tcfg, mixture)
+    # the SFT stage's tokens are training tokens: its cost, every step's running count and a token budget
+    # include them (until stop 25 only the RL stage's were counted)
+    trainer.tokens = int(metrics.get("sft_tokens", 0))
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
     train_s = time.monotonic() - t0
@@ -362,7 +367,7 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
             if held:
                 metrics[f"gap/{d}"] = round(s - sum(held) / len(held), 4)
     return TrialOutcome(scores, cost(), curve, metrics, notes.lines(project.runtime.max_new_tokens),
-                        cut_by_limit(curve, tcfg))
+                        cut_by_limit(curve, tcfg) or "sft_cut" in metrics)
 
 
 def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,

@@ -17,7 +17,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sro.budget import COSTS, Budget, Spent
+from sro.budget import COSTS, Budget, BudgetError, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.designer.redesign import in_space, maybe_redesign
@@ -252,12 +252,27 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
             progress.remove_task(step_task)
 
 
+def _check_gpu_budget(budget: Budget, project: ProjectConfig, console: Console) -> None:
+    """A GPU-hour limit counts only the time of trials trained on a GPU: on a CPU worker it never
+    fills, so alone it would let the search run forever; beside another limit it is said to be idle."""
+    if budget.gpu_h is None or pick_device(project.runtime.device).type == "cuda":
+        return
+    device = pick_device(project.runtime.device).type
+    if all(getattr(budget, c) is None for c in ("wall_s", "trials", "tokens")):
+        raise BudgetError(f"budget {budget}: this worker trains on the {device} (runtime.device: "
+                          f"{project.runtime.device}), which spends no GPU-hours, so the search would never "
+                          f"end; add a wall-time, trial or token limit (e.g. {budget},2h) or run it on a GPU")
+    console.print(f"[yellow]budget {budget}: this worker trains on the {device}, so its trials spend no "
+                  "GPU-hours; the other limits end the search[/]", highlight=False)
+
+
 def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "runs",
                optimizer: str = "botorch", console: Console | None = None,
                pruning: bool | None = None) -> SearchSummary:
     """`pruning`: stop dominated trials early (`sro.pruning`); None: the project's `pruning.enabled`."""
     console = console or Console()
     runs_root = Path(runs_root)
+    _check_gpu_budget(budget, project, console)
     run_dir = runs_root / project.name
     ledger = Ledger(project, run_dir)
     (run_dir / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))

@@ -421,6 +421,22 @@ def test_cli_bad_budget_exit_2(micro_project, tmp_path):
     assert len(lines) == 1 and "cannot parse budget" in lines[0]
 
 
+def test_a_gpu_hour_budget_on_a_cpu_worker_is_refused_alone_and_flagged_beside_another(micro_project, tmp_path):
+    """On the CPU no trial spends GPU-hours: `8gpu-h` alone would search forever (until stop 25 it did)."""
+    from rich.console import Console
+
+    from sro.budget import Budget
+    from sro.search import _check_gpu_budget
+
+    r = run("search", str(micro_project("g")), "--budget", "1gpu-h", "--runs", str(tmp_path / "runs"), cwd=tmp_path)
+    lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
+    assert r.returncode == 2 and len(lines) == 1 and "never end" in lines[0] and "1gpu-h,2h" in lines[0], r.stderr
+    assert not (tmp_path / "runs" / "g").exists()  # refused before the study is made
+    console = Console(record=True, width=300)
+    _check_gpu_budget(Budget.parse("1gpu-h,3trials"), load_project(micro_project("g")), console)
+    assert "spend no GPU-hours" in console.export_text()
+
+
 def test_cli_missing_run_dir(tmp_path):
     r = run("report", str(tmp_path / "nope"), cwd=tmp_path)
     assert r.returncode == 2 and "no project.yaml" in r.stderr

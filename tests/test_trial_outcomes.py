@@ -236,6 +236,28 @@ def test_a_trials_time_limit_leaves_room_for_its_set_up_and_its_scoring(micro_pr
 
 
 @pytest.mark.slow
+def test_the_sft_stage_counts_its_tokens_and_stops_at_the_trials_time_limit(micro_project, tmp_path):
+    """SFT tokens are training tokens (the trial's cost and the running count a token budget reads), and an
+    SFT stage longer than the trial's time limit stops there, the trial cut (until stop 25 neither)."""
+    import sro.executor as ex
+    from sro.recipe import Recipe
+
+    ctx = ex.SearchContext.prepare(load_project(micro_project("sftcost")), tmp_path / "cache", log=lambda s: None)
+    fixed = {"algorithm": "grpo", "max_new_tokens": 4, "sft.batch_size": 4}
+    rl = Recipe({"lr": 1e-3, "steps": 2, "group_size": 4, "prompts_per_step": 4}, {**fixed, "sft.steps": 0})
+    both = Recipe(rl.values, {**fixed, "sft.steps": 3})
+    plain, staged = ex.run_trial(rl, ctx), ex.run_trial(both, ctx)
+    sft_tokens = staged.metrics["sft_tokens"]
+    assert sft_tokens > 3 * 4 * 2  # three steps of four (question, answer) pairs, prompts included
+    assert staged.curve[0]["tokens"] - sft_tokens == plain.curve[0]["tokens"]  # the same rollouts on top
+    assert staged.cost["tokens"] == staged.curve[-1]["tokens"] and not staged.time_limited
+    long_sft = Recipe(rl.values, {**fixed, "sft.steps": 500})
+    out = ex.run_trial(long_sft, ctx, max_seconds=ctx.score_s + 1.0)  # a second for loading and SFT
+    assert out.metrics["sft_cut"] == 1.0 and out.metrics["sft_steps"] < 500 and out.time_limited
+    assert len(out.curve) < 2  # the RL stage had no time left either
+
+
+@pytest.mark.slow
 def test_a_single_objective_project_searches_and_reports(micro_project, tmp_path):
     """One objective (no cost): the hypervolume after each trial is the best score above the reference
     point (BoTorch's box partitioning needs two objectives: the search used to stop with an IndexError

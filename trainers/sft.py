@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -61,10 +62,12 @@ def verified_pairs(mixture: Mixture, n: int) -> tuple[list[tuple[str, str]], int
 
 
 def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
-        on_step: Callable[[int, float], None] | None = None) -> dict[str, float]:
-    """Run the SFT stage in place; returns its cost and final loss."""
+        on_step: Callable[[int, float], None] | None = None, deadline: float | None = None) -> dict[str, float]:
+    """Run the SFT stage in place; returns its cost (steps, samples and tokens, prompt tokens included,
+    as the RL stage counts them) and final loss. It stops after the step that reaches `deadline` (a
+    `time.monotonic()` value, e.g. the trial's time limit), with `sft_cut` = 1."""
     if cfg.steps == 0:
-        return {"sft_steps": 0.0, "sft_samples": 0.0}
+        return {"sft_steps": 0.0, "sft_samples": 0.0, "sft_tokens": 0.0}
     dev = next(model.parameters()).device
     pairs, rejected = verified_pairs(mixture, cfg.steps * cfg.batch_size)
     if not pairs:
@@ -75,6 +78,7 @@ def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
     model.train()
     loss = torch.tensor(float("nan"))
     first = None
+    done, tokens, cut = 0, 0, False
     for step in range(cfg.steps):
         warm = min(1.0, (step + 1) / 3)
         for g in opt.param_groups:
@@ -87,8 +91,13 @@ def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         first = loss.item() if first is None else first
+        done, tokens = step + 1, tokens + int(mask.sum())
         if on_step:
             on_step(step + 1, float(loss))
+        if deadline is not None and time.monotonic() >= deadline and done < cfg.steps:
+            cut = True
+            break
     model.eval()
-    return {"sft_steps": float(cfg.steps), "sft_samples": float(cfg.steps * cfg.batch_size),
-            "sft_rejected": float(rejected), "sft_loss_first": first, "sft_loss": float(loss)}
+    return {"sft_steps": float(done), "sft_samples": float(done * cfg.batch_size), "sft_tokens": float(tokens),
+            "sft_rejected": float(rejected), "sft_loss_first": first, "sft_loss": float(loss),
+            **({"sft_cut": 1.0} if cut else {})}
