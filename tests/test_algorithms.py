@@ -119,3 +119,26 @@ def test_proximal_kl_staleness_weight_on_fresh_rollouts(mode, lagging):
     history = GRPOTrainer(model, tok, cfg, _Mix()).train()
     assert history[0]["stale_kl"] == 0.0  # nothing has moved yet
     assert (history[-1]["stale_kl"] > 1e-4) == lagging, history[-1]["stale_kl"]
+
+
+@pytest.mark.parametrize("message,collapse", [
+    ("probability tensor contains either `inf`, `nan` or element < 0", True),
+    ("Function 'LogSoftmaxBackward0' returned nan values in its 0th output.", True),
+    ("CUDA error: an illegal memory access was encountered; for more info see the log", False),
+    ("inference tensors cannot be saved for backward", False),
+])
+def test_only_a_step_error_about_non_finite_values_is_a_collapse(message, collapse):
+    """The sampler's error on non-finite probabilities ends the trial as collapsed; any other error of a
+    step is the trial's failure (until stop 25 "info" and "inference" read as "inf")."""
+    model, tok = _tiny_policy()
+    trainer = GRPOTrainer(model, tok, config_for("grpo", {"steps": 2, "max_new_tokens": 3}), _Mix())
+
+    def step():
+        raise RuntimeError(message)
+
+    trainer.step = step
+    if collapse:
+        assert trainer.train()[-1]["collapsed"] == 1.0 and message in trainer.collapse
+    else:
+        with pytest.raises(RuntimeError, match="info|inference"):
+            trainer.train()
