@@ -61,10 +61,13 @@ def fraction_key(fraction: float) -> str:
 class TrialPruned(Exception):
     """Raised from the training loop when the pruning rule stops a trial."""
 
-    def __init__(self, fraction: float, step: int, values: dict[str, float], dominated_by: int) -> None:
+    def __init__(self, fraction: float, step: int, values: dict[str, float], dominated_by: int,
+                 eval_s: float = 0.0) -> None:
         super().__init__(f"pruned at {fraction:.0%} of its steps (step {step}): dominated by {dominated_by} "
                          "earlier trials at the same fraction")
         self.fraction, self.step, self.values, self.dominated_by = fraction, step, values, dominated_by
+        self.eval_s = eval_s
+        """Seconds the trial's earlier intermediate evaluations took (inside its training's wall time)."""
 
 
 @dataclasses.dataclass
@@ -112,17 +115,21 @@ class Pruner:
         """
         points = self.checkpoints(steps)
         t0 = time.monotonic()
+        eval_s = 0.0  # the earlier checkpoints' scoring, which the trainer's wall time includes
 
         def on_checkpoint(step: int, model: Any, tokenizer: Any) -> None:
+            nonlocal eval_s
             if step not in points:
                 return
             f = points[step]
+            t_eval = time.monotonic()
             values = {**subset_scores(ctx, model, tokenizer, self.items, turns),
                       "cost": round(time.monotonic() - t0, 2)}
             report(f, values)
             n = self.should_prune(values, self.earlier(history, f))
             if n:
-                raise TrialPruned(f, step, values, n)
+                raise TrialPruned(f, step, values, n, eval_s)
+            eval_s += time.monotonic() - t_eval
 
         return on_checkpoint
 
@@ -149,9 +156,13 @@ def saved_budget(records: Sequence[TrialRecord]) -> dict[str, float]:
             "seconds": sum(r.cost.get("saved_s", 0.0) for r in pruned)}
 
 
-def pruned_cost(cost_so_far: dict[str, float], step: int, steps: int) -> dict[str, float]:
-    """A pruned trial's cost: what it spent, plus the steps it did not run and their estimated seconds
-    at its own pace so far."""
+def pruned_cost(cost_so_far: dict[str, float], step: int, steps: int, train_s: float | None = None,
+                scoring_s: float = 0.0) -> dict[str, float]:
+    """A pruned trial's cost: what it spent, plus the steps it did not run and their estimated seconds:
+    those steps at its training pace so far (`train_s`, the seconds its `step` steps took, the intermediate
+    evaluations left out; the whole wall time if None) and the final held-out scoring it skipped
+    (`scoring_s`). Until stop 25 the pace was the whole wall time's, the model's loading and the
+    intermediate evaluations included, and the skipped scoring was left out."""
     left = max(0, steps - step)
-    pace = float(cost_so_far.get("wall_s", 0.0)) / max(1, step)
-    return {**cost_so_far, "saved_steps": float(left), "saved_s": round(pace * left, 2)}
+    pace = float(cost_so_far.get("wall_s", 0.0) if train_s is None else train_s) / max(1, step)
+    return {**cost_so_far, "saved_steps": float(left), "saved_s": round(pace * left + (scoring_s if left else 0.0), 2)}

@@ -227,8 +227,9 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                                    "kept, rerun the same command to resume")
             raise
         except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
+            train_s = float(curve[-1].get("wall_s", 0.0)) - e.eval_s if curve else None
             cost = pruned_cost({**cost_so_far(), "samples": float(curve[-1].get("samples", 0)) if curve else 0.0},
-                               e.step, steps)
+                               e.step, steps, train_s=train_s, scoring_s=ctx.score_s)
             ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
                              str(e))
             progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "

@@ -111,9 +111,33 @@ def test_hook_scores_subsets_reports_and_prunes() -> None:
     assert ctx.turns == [2]
 
 
+def test_a_pruned_trial_knows_how_long_its_earlier_evaluations_took(monkeypatch) -> None:
+    """The saved seconds' pace leaves the intermediate evaluations out: the exception carries the time
+    the earlier checkpoints' scoring took inside the training's wall time (not the pruning one's)."""
+    import sro.pruning as pruning
+
+    ctx = _Ctx({"a/x": _Bench(list(range(100)))})
+    model = torch.nn.Linear(2, 2)
+    clock = iter([0.0, 10.0, 14.0, 14.0, 20.0, 29.0])  # hook built; 1/3 scored from 10 to 14 s; 2/3 from 20 s
+    monkeypatch.setattr(pruning.time, "monotonic", lambda: next(clock))
+    from sro.ledger import TrialRecord
+
+    dominate = [TrialRecord(i, "complete", Recipe({"i": i}), intermediate={"0.667": {"a/x": 0.9, "cost": 0.0}})
+                for i in range(3)]
+    hook = Pruner(OBJ, items=20).hook(ctx, 30, dominate, lambda f, v: None)
+    hook(10, model, None)
+    with pytest.raises(TrialPruned) as e:
+        hook(20, model, None)
+    assert e.value.eval_s == 4.0 and e.value.values["cost"] == 29.0
+
+
 def test_pruned_cost_and_saved_budget() -> None:
     cost = pruned_cost({"wall_s": 12.0, "samples": 80.0}, step=10, steps=30)
     assert cost == {"wall_s": 12.0, "samples": 80.0, "saved_steps": 20.0, "saved_s": 24.0}
+    # at the training's own pace (8 s for 10 steps: 0.8 s a step), plus the final scoring it skipped
+    paced = pruned_cost({"wall_s": 12.0}, step=10, steps=30, train_s=8.0, scoring_s=3.0)
+    assert paced["saved_s"] == pytest.approx(0.8 * 20 + 3.0)
+    assert pruned_cost({"wall_s": 12.0}, step=30, steps=30, train_s=8.0, scoring_s=3.0)["saved_s"] == 0.0
     from sro.ledger import TrialRecord
 
     recs = [TrialRecord(0, "pruned", Recipe({}), cost=cost), TrialRecord(1, "complete", Recipe({}), cost={"wall_s": 5}),
