@@ -45,9 +45,11 @@ def confidence_question(obs: str, action: str, step: int | None = None, limit: i
 
 
 def parse_confidence(text: str) -> float | None:
-    """A stated digit d ↦ (d + 0.5)/10, the centre of its calibration bin; None without a digit."""
-    m = re.search(r"\d", text)
-    return (int(m.group()) + 0.5) / 10 if m else None
+    """A stated digit d ↦ (d + 0.5)/10, the centre of its calibration bin; None unless the answer's
+    first line is one digit 0-9 (until stop 25 the first digit anywhere: "0.9" read as 0, "10" as 1)."""
+    lines = text.strip().splitlines()
+    m = re.fullmatch(r"\s*(\d)\s*\.?\s*", lines[0]) if lines else None
+    return (int(m.group(1)) + 0.5) / 10 if m else None
 
 
 def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:

@@ -10,6 +10,7 @@ An adapter registers a factory `(game_path_or_id, EnvSettings) -> TextEnv` in `E
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +20,7 @@ from gymnasium import spaces
 from evaluators.registry import Registry
 
 ENVIRONMENTS: Registry = Registry("environment")
+_log = logging.getLogger(__name__)
 
 MAX_TEXT = 8192
 
@@ -78,3 +80,12 @@ class TextEnv(gym.Env):
 def normalize_command(cmd: str) -> str:
     """κ(a): the normalized command (lower case, single spaces, no trailing punctuation)."""
     return " ".join(cmd.strip().lower().rstrip(".!").split())
+
+
+def close_quietly(env: Any) -> None:
+    """Close an env whose episode has ended: an engine that crashed may fail on close too, which must not
+    end the other episodes of a batch or the trial (until stop 25 it ended them all)."""
+    try:
+        env.close()
+    except Exception as e:
+        _log.warning("closing an environment failed: %s: %s", type(e).__name__, e)

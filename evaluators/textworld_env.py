@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.calibration import confidence_question, parse_confidence
-from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, normalize_command
+from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, close_quietly, normalize_command
 from evaluators.registry import Registry
 from evaluators.sources import Item, SourceSpec, SourceSpecError, Task, extract_answer
 
@@ -399,4 +399,4 @@ def play(env: TextEnv, act: Callable[[str, StepInfo], str]) -> EpisodeResult:
                 reason = "won" if st.won else "lost" if st.lost else "step limit"
                 return EpisodeResult(st.won, st.score / max(st.max_score, 1e-9), steps, invalid, reason)
     finally:
-        env.close()
+        close_quietly(env)

@@ -71,11 +71,14 @@ class SourceConfig(_Strict):
 
 EPISODE_METRICS: dict[str, tuple[str, str]] = {
     "success": ("success", "max"), "score": ("score", "max"),
-    "auroc": ("calib_auroc", "max"), "ece": ("calib_ece", "min"), "brier": ("calib_brier", "min")}
+    "auroc": ("calib_auroc", "max"), "ece": ("calib_ece", "min"), "brier": ("calib_brier", "min"),
+    "first_auroc": ("calib_first_auroc", "max"), "first_ece": ("calib_first_ece", "min"),
+    "first_brier": ("calib_first_brier", "min")}
 """A textworld benchmark's `metric:` → (its key in `trainers.multiturn.evaluate_episodes`' result, the
 better direction). auroc, ece and brier grade the agent's stated step confidence (ALGORITHMS.md §5)
-against each held-out episode's outcome, over every step of the benchmark's episodes."""
-CONFIDENCE_METRICS = ("auroc", "ece", "brier")
+against each held-out episode's outcome, over every step of the benchmark's episodes; first_auroc,
+first_ece and first_brier over the first steps only (the confidence before the agent has acted)."""
+CONFIDENCE_METRICS = ("auroc", "ece", "brier", "first_auroc", "first_ece", "first_brier")
 
 
 class BenchmarkConfig(SourceConfig):

@@ -71,11 +71,17 @@ class HeldOutNotes:
     """Per single-turn benchmark: the share of its items graded wrong whose completion was cut off at
     `max_new_tokens` (no end of sequence)."""
 
+    calibration: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per calibration benchmark (metric auroc, ece, brier or first_*): all of §5's figures, the per-step
+    ones included (`trainers.multiturn.flat_calibration`)."""
+
     CUT_OFF_NOTE = 0.1
     """A benchmark with at least this share of cut-off wrong answers gets a note."""
 
     def metrics(self, multi_turn: bool) -> dict[str, float]:
         out = {"heldout_env_errors": float(len(self.crashed))} if multi_turn else {}
+        out |= {f"calib/{b}/{k.removeprefix('calib_')}": round(v, 4)
+                for b, c in self.calibration.items() for k, v in c.items()}
         return out | {f"cut_off/{k}": round(v, 4) for k, v in self.cut_off.items()}
 
     def lines(self, max_new_tokens: int) -> list[str]:
@@ -149,7 +155,10 @@ class SearchContext:
         out = {}
         for k, b in self.benchmarks.items():
             if getattr(b.task, "multi_turn", False):  # textworld: one greedy episode per held-out game
-                out[k] = episode_score(model, tokenizer, b, rt.max_new_tokens, history, notes.crashed, k)
+                calib: dict[str, float] = {}
+                out[k] = episode_score(model, tokenizer, b, rt.max_new_tokens, history, notes.crashed, k, calib)
+                if calib:
+                    notes.calibration[k] = calib
             else:
                 res = evaluate(model, tokenizer, b, rt.max_new_tokens, rt.eval_batch_size)
                 out[k], notes.cut_off[k] = res.score, res.cut_off
@@ -211,21 +220,26 @@ def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Tas
 
 
 def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: int = 0,
-                  failures: list[str] | None = None, name: str = "") -> float:
+                  failures: list[str] | None = None, name: str = "",
+                  calibration: dict[str, float] | None = None) -> float:
     """A textworld benchmark's metric (`EPISODE_METRICS`) over one greedy episode per held-out game;
     a calibration metric asks for the stated confidence at every step. An AUROC with nothing to rank
     (every episode won, or every one lost) is 0.5, so that the trial keeps a finite score. Episodes the
-    environment crashed count as failures; their reasons go to `failures` (prefixed with `name`)."""
+    environment crashed count as failures; their reasons go to `failures` (prefixed with `name`). For a
+    calibration metric, `calibration` gets all of §5's figures (pooled, first step, per step, selective)."""
     key, _ = EPISODE_METRICS[b.metric]
     # each distinct game once: a greedy replay of a game repeats its result (an env without a game count:
     # the benchmark's size)
     n_games = min(len(b.items), getattr(b.task, "n_games", len(b.items)))
     crashed: list[str] = []
-    v = evaluate_episodes(model, tokenizer, b.task, n_games, max_new_tokens, history=history,
-                          confidence=b.metric in CONFIDENCE_METRICS, failures=crashed)[key]
+    res = evaluate_episodes(model, tokenizer, b.task, n_games, max_new_tokens, history=history,
+                            confidence=b.metric in CONFIDENCE_METRICS, failures=crashed)
     if failures is not None:
         failures += [f"{name or getattr(b, 'name', '')} {c}" for c in crashed]
-    return 0.5 if b.metric == "auroc" and math.isnan(v) else v
+    if calibration is not None and b.metric in CONFIDENCE_METRICS:
+        calibration.update({k: v for k, v in res.items() if k.startswith(("calib_", "selective_"))})
+    v = res[key]
+    return 0.5 if b.metric.endswith("auroc") and math.isnan(v) else v
 
 
 def training_limit(cfg: GRPOConfig, t0: float, scoring_s: float) -> GRPOConfig:

@@ -44,3 +44,11 @@ def test_report_and_selective_execution():
     sel = selective(recs, 0.5)  # episode 1 drops below τ at step 1, episode 2 at step 0: handed off
     assert sel["coverage"] == pytest.approx(1 / 3)
     assert sel["success_executed"] == 1.0 and sel["success_all"] == pytest.approx(1 / 3)
+
+
+def test_a_stated_confidence_is_one_digit_on_the_first_line():
+    """Until stop 25 the first digit anywhere counted: "0.9" read as 0.05 and "10" as 0.15."""
+    from evaluators.calibration import parse_confidence
+
+    assert [parse_confidence(t) for t in ("7", " 3 \nmore", "9.", "0")] == [0.75, 0.35, 0.95, 0.05]
+    assert [parse_confidence(t) for t in ("0.9", "10", "95%", "-3", "confidence: 8/10", "nine", "", "go 2")] == [None] * 8

@@ -14,13 +14,13 @@ import torch
 from evaluators.calibration import confidence_question
 from evaluators.envs import EnvSettings, StepInfo, TextEnv
 from evaluators.sources import SourceSpec
-from evaluators.textworld_env import EpisodeResult
+from evaluators.textworld_env import EpisodeResult, play
 from trainers.grpo import GRPOConfig
 from trainers.models import load_policy
 from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,
                                 credit, evaluate_episodes, expected_confidence, multi_turn_config, pack,
                                 play_episodes)
-from trainers.proas import ProASConfig, ReferenceGraph
+from trainers.proas import ProASConfig, ReferenceGraph, deviations
 from trainers.readout import (SCALE_TOKENS, ConfidenceReadout, add_scale_tokens, confidence_token_ids, digit_token_ids,
                               final_states)
 from trainers.threads import torch_threads
@@ -150,6 +150,49 @@ def test_rollout_keeps_step_records_and_survives_env_crash(policy):
     assert m["success"] == 0.0 and m["env_errors"] == 16 and len(tr.failures) == 16
 
 
+class _BrokenEngine(Corridor):
+    """An engine that fails at `reset` (`at="reset"`) or at its first step, and on `close` after it."""
+
+    closed = 0
+
+    def __init__(self, at: str) -> None:
+        super().__init__()
+        self.at = at
+
+    def reset(self, *, seed=None, options=None):
+        if self.at == "reset":
+            raise OSError("game file unreadable")
+        return super().reset()
+
+    def step(self, action: str):
+        raise BrokenPipeError("engine process exited")
+
+    def close(self):
+        _BrokenEngine.closed += 1
+        raise BrokenPipeError("engine process exited")
+
+
+def test_an_iteration_whose_envs_all_fail_and_fail_to_close_goes_on(policy):
+    """Every env of an iteration failing at reset left no step to learn from: `pack` raised on an empty
+    batch. And an engine that also fails on `close` ended every other episode of the batch (stop 25)."""
+    model, tok = load_policy(policy, "cpu")
+
+    class Broken(CorridorTask):
+        def make_env(self, g):
+            return _BrokenEngine("reset")
+
+    before = [p.detach().clone() for p in model.parameters()]
+    _BrokenEngine.closed = 0
+    m = MultiTurnTrainer(model, tok, _cfg(), [Broken()]).step()
+    assert (m["loss"], m["grad_norm"], m["env_errors"], m["samples"]) == (0.0, 0.0, 16.0, 0.0)
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no update
+    assert _BrokenEngine.closed == 16  # each closed, its failure to close logged
+    eps = play_episodes(model, tok, [Corridor(), _BrokenEngine("step"), Corridor()], list("abc"),
+                        greedy=True, max_new_tokens=5)
+    assert [e.result.reason.startswith("env error") for e in eps] == [False, True, False]
+    assert play(_BrokenEngine("step"), lambda obs, st: "go east").reason.startswith("env error: BrokenPipeError")
+
+
 def test_a_held_out_episode_the_env_crashes_is_a_counted_and_named_failure(policy):
     """Held-out scoring: an episode the environment ends by an exception scores as a failure, is counted
     (`env_errors`) and its reason reaches the caller (printed beside the trial's scores)."""
@@ -237,6 +280,11 @@ def test_confidence_question_notes_unlisted_commands(policy, monkeypatch):
     assert notes == ["jump (step 1 of 4; not a listed choice)", "go east (step 2 of 4; 1 earlier not listed)",
                      "take coin (step 3 of 4; 1 earlier not listed)"]
     assert confidence_question("o", "go east", 1, 4) == "o\ndo: go east (step 1 of 4)\nsuccess 0-9?"
+    # the question names the command the env ran: a choice's number resolved, only a first line (stop 25)
+    script = iter(["1", "go east\nand dance", "take coin"])
+    (ep,) = play_episodes(model, tok, [Corridor()], ["c"], greedy=True, confidence=True)
+    notes = [s.conf_prompt.split("\ndo: ")[1].split("\n")[0] for s in ep.steps]
+    assert notes == ["go east (step 1 of 4)", "go east (step 2 of 4)", "take coin (step 3 of 4)"]
 
 
 def test_calibration_term_reaches_the_confidence_token(policy):
@@ -364,6 +412,15 @@ def test_benchmark_calibration_metrics_score_the_stated_confidence(policy):
     assert 0.0 <= got["ece"] <= 1.0 and 0.0 <= got["brier"] <= 1.0
     # one episode: nothing to rank, so AUROC is 0.5 rather than nan
     assert math.isnan(ref["calib_auroc"]) and got["auroc"] == 0.5
+    # §5's first-step figures are metrics too, and all of them (per step included) reach the caller
+    calib: dict[str, float] = {}
+    assert episode_score(model, tok, bench("first_ece"), 5, calibration=calib) == ref["calib_first_ece"]
+    assert episode_score(model, tok, bench("first_auroc"), 5) == 0.5
+    steps = int(ref["steps"])
+    assert {f"calib_step{t}_{k}" for t in range(steps) for k in ("auroc", "ece", "brier", "n")} <= set(calib)
+    assert f"calib_step{steps}_ece" not in calib and calib["calib_step0_n"] == 1.0
+    assert calib["calib_ece"] == ref["calib_ece"] and "selective_coverage" in calib
+    assert episode_score(model, tok, bench("success"), 5, calibration=(none := {})) == got["success"] and not none
     # a benchmark larger than its task's distinct games plays each game once (greedy replays add nothing)
     played: list[int] = []
     import sro.executor as executor_mod
@@ -478,3 +535,26 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     assert len(out.curve) == 2 and "graph_edges" in out.curve[-1] and out.curve[-1]["episodes"] == 4
     assert out.metrics["env_errors"] == 0 and out.metrics["heldout_env_errors"] == 0 and out.notes == []
     assert list((tmp_path / "cache" / "textworld" / "coin_collector").glob("*.z8"))  # games cached beside the model
+
+
+def test_proas_metrics_describe_the_graph_the_credit_used(policy, monkeypatch):
+    """`deviations_per_failed` counts the deviations the credit saw, on the graph before this iteration
+    was distilled into it (until stop 25 after: the iteration's own failures counted against it), and a
+    distilled graph reports its agreement with the rules (until stop 25 always NaN: no rules recorded)."""
+    import trainers.multiturn as mt
+
+    seen: list[list[list[float]]] = []
+    real = mt.step_advantages
+    monkeypatch.setattr(mt, "step_advantages", lambda adv, v, cfg: (seen.append(v), real(adv, v, cfg))[1])
+    model, tok = load_policy(policy, "cpu")
+    pc = ProASConfig(graph_source="distilled", n_min=1)
+    trainer = MultiTurnTrainer(model, tok, _cfg(credit="proas", proas=pc), [CorridorTask()])
+    played: list = []
+    rollout = trainer.rollout
+    trainer.rollout = lambda: (played.append(eps := rollout()), eps)[1]
+    for _ in range(2):
+        m = trainer.step()
+        failed = [v for v, e in zip(seen[-1], played[-1]) if not e.result.success]
+        assert m["deviations_per_failed"] == sum(deviations(v, pc.theta_v) for v in failed) / max(1, len(failed))
+    assert all(v == pc.v_unk for e in seen[0] for v in e)  # the first iteration: an empty graph, no deviation
+    assert m["graph_states"] == 2 and 0.0 <= m["graph_rule_agreement"] <= 1.0

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
-from evaluators.envs import StepInfo, normalize_command
+from evaluators.envs import StepInfo, close_quietly
 from evaluators.textworld_env import EpisodeResult, episode_metrics, resolve_action
 from trainers.algorithms import ALGORITHMS
 from trainers.clocks import BatchSchedule
@@ -146,6 +146,7 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
                 on_state(ep.info)
         except Exception as e:
             ep.result = EpisodeResult(False, 0.0, 0, 0, f"env error at reset: {type(e).__name__}: {e}")
+            close_quietly(env)
     active = [i for i, ep in enumerate(eps) if ep.result is None]
     while active:
         prompts = [format_prompt("\n".join(eps[i].turns[-2 * history:] + [eps[i].obs]) if history else eps[i].obs, tok)
@@ -154,8 +155,8 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
         cmds = [resolve_action(ro.texts[j], eps[i].info.admissible) for j, i in enumerate(active)]
         conf = None
         if confidence:
-            cq = [format_prompt(confidence_question(
-                eps[i].obs, normalize_command(ro.texts[j]), len(eps[i].steps) + 1,
+            cq = [format_prompt(confidence_question(  # about the command the env runs (a choice's number resolved)
+                eps[i].obs, cmds[j], len(eps[i].steps) + 1,
                 getattr(getattr(envs[i], "settings", None), "max_steps", None),
                 listed=cmds[j] in eps[i].info.admissible,
                 earlier_unlisted=sum(not s.valid for s in eps[i].steps)), tok)
@@ -176,7 +177,7 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
             except Exception as e:
                 ep.result = EpisodeResult(False, st.score / max(st.max_score, 1e-9), len(ep.steps), n_invalid,
                                           f"env error: {type(e).__name__}: {e}")
-                env.close()
+                close_quietly(env)
                 continue
             ep.turns += [ep.obs, f"> {cmd}"]
             ep.obs, ep.info = obs, info["step"]
@@ -186,7 +187,7 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
                 s = ep.info
                 reason = "won" if s.won else "lost" if s.lost else "step limit"
                 ep.result = EpisodeResult(s.won, s.score / max(s.max_score, 1e-9), len(ep.steps), n_invalid, reason)
-                env.close()
+                close_quietly(env)
             else:
                 still.append(i)
         active = still
@@ -208,7 +209,7 @@ def evaluate_episodes(model, tok, task, n_games: int, max_new_tokens: int = 8, h
     if failures is not None:
         failures += errors
     if confidence:
-        out.update(flat_calibration(eps))
+        out.update(flat_calibration(eps, per_step=True))
     return out
 
 
@@ -217,22 +218,33 @@ def confidence_records(eps: Sequence[Episode]) -> list[ConfidenceRecord]:
             for i, e in enumerate(eps) for t, s in enumerate(e.steps)]
 
 
-def flat_calibration(eps: Sequence[Episode], tau: float = 0.5) -> dict[str, float]:
+def flat_calibration(eps: Sequence[Episode], tau: float = 0.5, per_step: bool = False) -> dict[str, float]:
+    """§5's calibration of the episodes' stated confidences as flat metrics: pooled (`calib_*`), at the
+    first step (`calib_first_*`), selective execution at `tau` (`selective_*`) and, with `per_step`, at
+    each step index the episodes reached (`calib_step<t>_*`, t from 0)."""
     rep = calibration_report(confidence_records(eps), tau)
     out = {f"calib_{k}": float(v) for k, v in rep["pooled"].items() if k != "n"}
     out.update({f"calib_first_{k}": float(v) for k, v in rep["first_step"].items() if k != "n"})
     out.update({f"selective_{k}": float(v) for k, v in rep["selective"].items()})
+    if per_step:
+        out.update({f"calib_step{t}_{k}": float(v) for t, block in rep["per_step"].items()
+                    for k, v in block.items()})
     return out
 
 
+def step_validities(eps: Sequence[Episode], graph: ReferenceGraph) -> list[list[float]]:
+    """v(e) of each step of each episode, as the graph stands now."""
+    return [[graph.validity((s.state_key, s.action)) for s in e.steps] for e in eps]
+
+
 def credit(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig,
-           graph: ReferenceGraph | None) -> list[list[float]]:
-    """Per-step advantages of each episode: GRPO's group advantage broadcast, or ProAS's shaping."""
+           graph: ReferenceGraph | None, validity: list[list[float]] | None = None) -> list[list[float]]:
+    """Per-step advantages of each episode: GRPO's group advantage broadcast, or ProAS's shaping with the
+    steps' `validity` (read from `graph` when not given)."""
     adv = ADVANTAGES.get(cfg.base.scale_rewards)(rewards, cfg.base.group_size).tolist()
     if cfg.credit == "grpo" or graph is None:
         return [[a] * len(e.steps) for a, e in zip(adv, eps)]
-    validity = [[graph.validity((s.state_key, s.action)) for s in e.steps] for e in eps]
-    return step_advantages(adv, validity, cfg.proas)
+    return step_advantages(adv, step_validities(eps, graph) if validity is None else validity, cfg.proas)
 
 
 CONF_LEVELS = ConfidenceReadout.LEVELS
@@ -315,7 +327,9 @@ class MultiTurnTrainer:
         torch.manual_seed(config.base.seed)
 
     def _observe(self, st: StepInfo) -> None:
-        if self.graph is not None and self.cfg.proas.graph_source in ("rules", "both"):
+        # recorded whatever the graph's source: a distilled graph does not read the rules (`validity`
+        # checks the source), but its agreement with them is reported (until stop 25 it was always NaN)
+        if self.graph is not None:
             self.graph.observe_state(st.state_key, st.admissible, st.walkthrough)
 
     def rollout(self) -> list[Episode]:
@@ -340,7 +354,9 @@ class MultiTurnTrainer:
         results = [e.result for e in eps]
         self.failures += [r.reason for r in results if r.reason.startswith("env error")]
         rewards = torch.tensor([float(r.success) if cfg.reward == "success" else r.score for r in results])
-        step_adv = credit(eps, rewards, cfg, self.graph)
+        # the validities the credit uses, read once before this iteration is distilled into the graph
+        validity = step_validities(eps, self.graph) if self.graph is not None else None
+        step_adv = credit(eps, rewards, cfg, self.graph, validity)
         if self.graph is not None:
             self.graph.add_iteration([([(s.state_key, s.action) for s in e.steps], bool(e.result.success))
                                       for e in eps])
@@ -359,7 +375,8 @@ class MultiTurnTrainer:
             def calib() -> torch.Tensor:
                 return cfg.calib_weight * calibration_loss(confidence_logits(self.model, self.tok, list(cp)),
                                                            torch.tensor(y), torch.tensor(grp))
-        loss, gn, kl = self._update(prompts, comps, advs, calib)
+        # no step at all (every env failed at reset): nothing to learn from, and no update
+        loss, gn, kl = self._update(prompts, comps, advs, calib) if prompts else (0.0, 0.0, None)
         if self.readout is not None and rows:
             readout_brier = self.readout.fit(cp, y, prompts)
         self.samples += len(prompts)
@@ -371,10 +388,8 @@ class MultiTurnTrainer:
             m["kl"] = kl
         if self.graph is not None:
             m.update(self.graph.stats())
-            failed = [e for e in eps if not e.result.success]
-            m["deviations_per_failed"] = (sum(deviations([self.graph.validity((s.state_key, s.action))
-                                                          for s in e.steps], cfg.proas.theta_v) for e in failed)
-                                          / max(1, len(failed)))
+            failed = [v for e, v in zip(eps, validity or []) if not e.result.success]
+            m["deviations_per_failed"] = sum(deviations(v, cfg.proas.theta_v) for v in failed) / max(1, len(failed))
         if cfg.confidence:
             m.update(flat_calibration(eps))
         if readout_brier is not None:

@@ -147,7 +147,9 @@ class ReferenceGraph:
 
     def stats(self) -> dict[str, float]:
         """Graph size and how often its verdict on known edges agrees with the environment's rules."""
-        edges = {(s, c) for s, cmds in self.walkthrough.items() for c in cmds}
+        # walkthrough edges are the graph's only where it reads the rules
+        edges = ({(s, c) for s, cmds in self.walkthrough.items() for c in cmds}
+                 if self.cfg.graph_source in ("rules", "both") else set())
         for c in (*self._window, *self._window_neg):
             edges.update(c)
         agree = judged = 0
