@@ -142,3 +142,60 @@ def test_only_a_step_error_about_non_finite_values_is_a_collapse(message, collap
     else:
         with pytest.raises(RuntimeError, match="info|inference"):
             trainer.train()
+
+
+class _Alternating(_Echo):
+    """Rewards 1, 0, 1, 0, ... in the order completions are scored: always a signal in its group."""
+
+    calls = 0
+
+    def score(self, item: Item, text: str) -> float:
+        _Alternating.calls += 1
+        return float(_Alternating.calls % 2)
+
+
+class _Flat(_Echo):
+    def score(self, item: Item, text: str) -> float:
+        return 0.0
+
+
+class _OneMixed:
+    """Only the first question's reward varies within its group: dynamic sampling keeps one group."""
+
+    def sample(self, n):
+        return [(_Alternating() if i == 0 else _Flat(), Item(f"say a {i}", "a", "echo")) for i in range(n)]
+
+
+def test_dynamic_sampling_keeping_fewer_rows_than_minibatches_still_trains():
+    """DAPO with 4 prompts × 4 and 8 minibatches when one group has a signal: 4 rows kept, so 4 optimizer
+    steps of one row each (until stop 25 the empty minibatches crashed the step)."""
+    model, tok = _tiny_policy()
+    cfg = config_for("dapo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 4, "minibatches": 8,
+                              "max_new_tokens": 6, "max_sample_rounds": 1}, mask_truncated=False)
+    trainer = GRPOTrainer(model, tok, cfg, _OneMixed())
+    calls = []
+    step = trainer.opt.step
+    trainer.opt.step = lambda *a, **k: (calls.append(1), step(*a, **k))[1]
+    torch.manual_seed(1)
+    (m,) = trainer.train()
+    assert m["batch"] == 4 and m["kept_groups"] == 0.25 and len(calls) == 4, (m["batch"], len(calls))
+
+
+def test_proximal_kl_reports_its_delta_and_the_failure_clock_watches_it():
+    """§3's figures are logged every step (until stop 25 none was), and §6's clock fires on an exploding
+    mean |δ|."""
+    from trainers.clocks import CollapseSettings, FailureClock
+
+    model, tok = _tiny_policy()
+    cfg = config_for("proximal_kl", {"lr": 1e-2, "steps": 2, "group_size": 4, "prompts_per_step": 4,
+                                     "max_new_tokens": 3, "num_iterations": 2, "staleness": 1})
+    history = GRPOTrainer(model, tok, cfg, _Mix()).train()
+    for m in history:
+        assert {"prox_delta_mean", "prox_delta_max", "prox_ess", "prox_masked_frac", "prox_future_kl"} <= set(m)
+        assert 0.0 <= m["prox_delta_mean"] <= m["prox_delta_max"] and 0.0 <= m["prox_ess"] <= 1.0
+    assert history[-1]["prox_delta_max"] > 0  # the second pass over a batch sees π_θ moved from π_prox
+    assert "prox_delta_mean" not in GRPOTrainer(model, tok, config_for("grpo", {"steps": 1, "max_new_tokens": 3}),
+                                                _Mix()).train()[0]
+    clock = FailureClock(CollapseSettings(max_delta=1.0))
+    assert clock.observe({"reward": 0.5, "prox_delta_mean": 0.5}) is None
+    assert "|δ|" in clock.observe({"reward": 0.5, "prox_delta_mean": 2.0})

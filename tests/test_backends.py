@@ -100,3 +100,37 @@ def test_every_end_of_sequence_token_ends_a_completion(tiny):
         model.generation_config.eos_token_id = tok.eos_token_id
     assert asked["eos"] == [tok.eos_token_id, other]
     assert ro.completion_mask.tolist() == [[1, 1, 0]] and ro.truncated.tolist() == [False]
+
+
+def test_generate_samples_the_distribution_the_trainer_scores_whatever_the_models_generation_config(tiny):
+    """A shipped generation config's penalties and filters (Qwen2.5-Instruct's has a repetition penalty)
+    would reshape what `generate` samples from; the trainers score softmax(logits / T), so each sampled
+    token's log-prob must be that (until stop 25 a 1.1 penalty made them differ by 0.11 on average)."""
+    from copy import deepcopy
+
+    from trainers.rollout import completion_logprobs, generate
+
+    model, tok = tiny
+    saved = deepcopy(model.generation_config)
+    gc = model.generation_config
+    gc.repetition_penalty, gc.no_repeat_ngram_size, gc.typical_p, gc.min_p, gc.min_new_tokens = 1.3, 1, 0.5, 0.3, 3
+    real, scores = model.generate, []
+
+    def keep_scores(**kw):  # the processed logits generate sampled each token from
+        out = real(**kw, output_scores=True, return_dict_in_generate=True)
+        scores.extend(out.scores)
+        return out.sequences
+
+    model.generate = keep_scores
+    try:
+        torch.manual_seed(0)
+        ro = generate(model, tok, [format_prompt("add 1 2", tok), format_prompt("add 3 4", tok)], 4,
+                      temperature=0.7, max_new_tokens=6)
+    finally:
+        model.generate, model.generation_config = real, saved
+    sampled = torch.stack([torch.log_softmax(s.float(), -1) for s in scores], 1)  # (N, C, V)
+    sampled = sampled.gather(-1, ro.completion_ids.unsqueeze(-1)).squeeze(-1)
+    with torch.no_grad():
+        scored, _ = completion_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, temperature=0.7)
+    on = ro.completion_mask.bool()
+    assert torch.allclose(sampled[on], scored[on], atol=1e-4), (sampled[on] - scored[on]).abs().max()

@@ -25,14 +25,35 @@ def test_pg_by_hand():
     assert torch.allclose(out, torch.tensor([[-2 * math.log(0.5), math.log(0.25)]]))
 
 
-def test_cispo_weight_is_clipped_and_detached():
-    logp = torch.log(torch.tensor([[1.5, 0.5]])).requires_grad_(True)
+def test_cispo_weight_is_clipped_above_only_and_detached():
+    logp = torch.log(torch.tensor([[1.5, 0.3]])).requires_grad_(True)
     x = LossInputs(logp, torch.zeros(1, 2), torch.zeros(1, 2), torch.tensor([[1.0, 1.0]]), torch.ones(1, 2))
     out = POLICY_LOSSES.get("cispo")(x, eps_low=0.2, eps_high=0.2)
-    # weights clip(1.5)=1.2 and clip(0.5)=0.8, both detached: d out / d logp = −w·A
-    assert torch.allclose(out, torch.tensor([[-1.2 * math.log(1.5), -0.8 * math.log(0.5)]]), atol=1e-6)
+    # weights min(1.5, 1.2) = 1.2 and 0.3 (no lower bound, as in MiniMax-M1), both detached: d out / d logp = −w·A
+    assert torch.allclose(out, torch.tensor([[-1.2 * math.log(1.5), -0.3 * math.log(0.3)]]), atol=1e-6)
     out.sum().backward()
-    assert torch.allclose(logp.grad, torch.tensor([[-1.2, -0.8]]), atol=1e-6)
+    assert torch.allclose(logp.grad, torch.tensor([[-1.2, -0.3]]), atol=1e-6)
+    from trainers.algorithms import catalog, config_for
+
+    assert config_for("cispo", {}).aggregation == "token_mean"  # the paper normalizes over all tokens
+    knobs = {k["name"] for a in catalog() if a["name"] == "cispo" for k in a["knobs"]}
+    assert "eps_high" in knobs and "eps_low" not in knobs
+
+
+def test_proximal_kl_stats_by_hand():
+    """ALGORITHMS.md §3's report: mean/max |δ|, ESS of w, masked fraction, mean F (masked tokens only)."""
+    from trainers.losses import ProxKLSettings, proximal_kl_stats
+
+    logp = torch.log(torch.tensor([[0.5, 0.2, 0.9]]))
+    prox = torch.log(torch.tensor([[0.25, 0.4, 0.9]]))  # δ = log 2, log 0.5, (masked)
+    behav = torch.log(torch.tensor([[0.25, 0.1, 0.9]]))  # π_prox/μ = 1 and 4 (> C_mask 3: masked)
+    x = LossInputs(logp, behav, prox, torch.ones(1, 3), torch.tensor([[1.0, 1.0, 0.0]]))
+    s = proximal_kl_stats(x, ProxKLSettings(horizon=0, gamma=1.0, c_mask=3.0))
+    ln2 = math.log(2)
+    assert s["prox_delta_mean"] == pytest.approx(ln2) and s["prox_delta_max"] == pytest.approx(ln2)
+    assert s["prox_masked_frac"] == pytest.approx(0.5)
+    assert s["prox_ess"] == pytest.approx(1 ** 2 / (2 * 1))  # w = (1, 0): (Σw)² / (n·Σw²)
+    assert s["prox_future_kl"] == pytest.approx((0.0 + (-ln2)) / 2)  # F = (log2 − log2, −log2)
 
 
 def test_future_kl_by_hand():

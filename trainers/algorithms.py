@@ -133,7 +133,8 @@ for algo in (
     Algorithm("pg", "plain policy gradient with the group baseline; no off-policy correction",
               frozenset({"single_turn", "multi_turn"}), {"policy_loss": "pg"}, COMMON + REUSE + EXTRAS),
     Algorithm("cispo", "CISPO: clipped, detached importance weight on every token (arXiv 2506.13585)",
-              frozenset({"single_turn", "off_policy"}), {"policy_loss": "cispo"}, COMMON + CLIP + REUSE + EXTRAS),
+              frozenset({"single_turn", "off_policy"}), {"policy_loss": "cispo", "aggregation": "token_mean"},
+              COMMON + CLIP[1:] + REUSE + EXTRAS),  # clipped above only; the paper's token mean
     Algorithm("proximal_kl", "Proximal KL: staleness weights + bounded future-KL credit (ALGORITHMS.md §3)",
               frozenset({"single_turn", "off_policy"}), {"policy_loss": "proximal_kl", "aggregation": "token_mean"},
               COMMON + REUSE + PROX + EXTRAS),

@@ -87,8 +87,9 @@ class VLLMBackend:
         self._vllm = vllm
 
     def generate(self, prompts: list[str], group_size: int, temperature: float, max_new_tokens: int) -> Rollouts:
-        params = self._vllm.SamplingParams(n=group_size, temperature=temperature, top_p=1.0, top_k=-1,
-                                           max_tokens=max_new_tokens, stop_token_ids=self.eos)
+        params = self._vllm.SamplingParams(n=group_size, temperature=temperature, top_p=1.0, top_k=-1, min_p=0.0,
+                                           repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0,
+                                           max_tokens=max_new_tokens, stop_token_ids=self.eos)  # softmax(logits/T)
         prompt_ids = [self.tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         outs = self.llm.generate([{"prompt_token_ids": ids} for ids in prompt_ids], params, use_tqdm=False)
         completions = [list(c.token_ids) for o in outs for c in o.outputs]

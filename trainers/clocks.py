@@ -34,6 +34,9 @@ class CollapseSettings:
     """Fire on a pre-clip gradient norm above this."""
     max_stale_kl: float = 5.0
     """Fire when mean |log π_prox − log μ| exceeds this (the off-policy gap has exploded)."""
+    max_delta: float = 5.0
+    """Fire when Proximal KL's mean |δ| = |log π_θ − log π_prox| exceeds this (§6: "exploding |δ|"; the
+    policy ran away from its proximal anchor). Until stop 25 δ was neither logged nor watched."""
     patience: int = 3
     smoothing: float = 0.5
     """Weight of the newest reward in the exponential moving average."""
@@ -58,6 +61,8 @@ class FailureClock:
             return f"gradient norm exploded ({m['grad_norm']:.3g} > {s.max_grad_norm:g})"
         if m.get("stale_kl", 0.0) > s.max_stale_kl:
             return f"|log π_prox − log μ| exploded ({m['stale_kl']:.3g} > {s.max_stale_kl:g})"
+        if m.get("prox_delta_mean", 0.0) > s.max_delta:
+            return f"|δ| = |log π_θ − log π_prox| exploded ({m['prox_delta_mean']:.3g} > {s.max_delta:g})"
         r = float(m["reward"])
         self.ema = r if self.ema is None else s.smoothing * r + (1 - s.smoothing) * self.ema
         self.peak = max(self.peak, self.ema)

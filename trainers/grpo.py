@@ -21,7 +21,7 @@ from trainers.backends import ROLLOUT_BACKENDS
 from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
 from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine, teacher_log_dist
-from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings
+from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings, proximal_kl_stats
 from trainers.mixture import Mixture
 from trainers.prompts import format_prompt
 from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs
@@ -292,7 +292,9 @@ class GRPOTrainer:
             stats.update(distill_loss=0.0, distill_kl=0.0, grad_cos=0.0)  # distill_kl: sampled KL(student‖teacher)
         n_updates = 0
         for _ in range(cfg.num_iterations):
-            for idx in torch.tensor_split(torch.randperm(N), cfg.minibatches):  # exactly `minibatches` parts
+            # exactly `minibatches` parts, or one row each where dynamic sampling kept fewer rows than that
+            # (until stop 25 the empty parts crashed the step)
+            for idx in torch.tensor_split(torch.randperm(N), min(cfg.minibatches, N)):
                 s_dist = completion_log_dist(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len, T)
                 tokens = ro.completion_ids[idx]
                 logp = s_dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (n, C)
@@ -340,10 +342,13 @@ class GRPOTrainer:
                 stats["clip_frac"] += float((clipped * m).sum() / denom)
                 stats["stale_kl"] += float(((p_logp - b_logp).abs() * m).sum() / denom)
                 stats["grad_norm"] += float(gn)
+                if cfg.policy_loss == "proximal_kl":  # §3's own figures, δ and F as this minibatch's loss saw them
+                    for k, v in proximal_kl_stats(inputs, cfg.prox).items():
+                        stats[k] = max(stats.get(k, 0.0), v) if k == "prox_delta_max" else stats.get(k, 0.0) + v
                 n_updates += 1
         self.model.eval()
         self.backend.sync(self.model)
-        out = {k: v / n_updates for k, v in stats.items()}
+        out = {k: v if k == "prox_delta_max" else v / n_updates for k, v in stats.items()}
         out.update(reward=float(b.rewards.mean()), accuracy=float((b.rewards >= 1).float().mean()),
                    truncated=float(ro.truncated.float().mean()), samples=self.samples, tokens=self.tokens,
                    lr=lr, batch=N)

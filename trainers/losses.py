@@ -87,13 +87,15 @@ def pg_loss(x: LossInputs, **_: object) -> torch.Tensor:
 
 
 @POLICY_LOSSES.register("cispo")
-def cispo_loss(x: LossInputs, eps_low: float = 0.2, eps_high: float = 0.2, **_: object) -> torch.Tensor:
-    """CISPO (MiniMax-M1, arXiv 2506.13585): −sg(clip(r, 1−ε_low, 1+ε_high))·Â·log π_θ.
+def cispo_loss(x: LossInputs, eps_high: float = 0.2, **_: object) -> torch.Tensor:
+    """CISPO (MiniMax-M1, arXiv 2506.13585): −sg(min(r, 1+ε_high))·Â·log π_θ.
 
     The importance weight is clipped and detached, so every token keeps a gradient (PPO's clip
-    drops the gradient of clipped tokens altogether)."""
+    drops the gradient of clipped tokens altogether). Only from above: the paper sets ε_low so large
+    that there is no lower bound (until stop 25 this clamped below at 1 − eps_low too, which raised a
+    token's small weight, 0.3 to 0.8 at the default)."""
     ratio = torch.exp(x.logp.detach() - x.behav_logp)
-    return -torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * x.adv * x.logp
+    return -torch.clamp(ratio, max=1 + eps_high) * x.adv * x.logp
 
 
 def future_kl(delta: torch.Tensor, mask: torch.Tensor, horizon: int, gamma: float) -> torch.Tensor:
@@ -116,10 +118,33 @@ def proximal_kl_loss(x: LossInputs, prox: ProxKLSettings | None = None, **_: obj
     Closest published: decoupled PPO (Hilton et al. 2022), FRPO (2601.10201), CISPO (2506.13585).
     """
     p = prox or ProxKLSettings()
-    delta = (x.logp - x.prox_logp).detach()
-    stale = torch.exp(x.prox_logp - x.behav_logp)
-    w = torch.clamp(stale, max=p.c_is) * (stale <= p.c_mask).float()
-    F = future_kl(delta, x.mask, p.horizon, p.gamma)
+    delta, _, w, F = _proximal_terms(x, p)
     adv = x.adv - p.beta_p * torch.clamp(F, -p.bound, p.bound)
     rho = torch.clamp(torch.exp(delta), max=p.c_prox)
     return -w * rho * adv * x.logp
+
+
+def _proximal_terms(x: LossInputs, p: ProxKLSettings) -> tuple[torch.Tensor, ...]:
+    """δ (detached), the staleness ratio π_prox/μ, its weight w and the future-KL credit F, each (N, C)."""
+    delta = (x.logp - x.prox_logp).detach()
+    stale = torch.exp(x.prox_logp - x.behav_logp)
+    w = torch.clamp(stale, max=p.c_is) * (stale <= p.c_mask).float()
+    return delta, stale, w, future_kl(delta, x.mask, p.horizon, p.gamma)
+
+
+@torch.no_grad()
+def proximal_kl_stats(x: LossInputs, prox: ProxKLSettings | None = None) -> dict[str, float]:
+    """What ALGORITHMS.md §3 asks Proximal KL to report, over the mask's tokens: mean and max |δ|, the
+    effective sample size of w as a share of the tokens ((Σw)² / (n·Σw²), 1 when all weights are
+    equal, 0 when all are masked), the masked fraction (π_prox/μ > C_mask) and the mean future-KL
+    credit F."""
+    p = prox or ProxKLSettings()
+    delta, stale, w, F = _proximal_terms(x, p)
+    m = x.mask
+    n = m.sum().clamp(min=1)
+    w2 = (w * w * m).sum()
+    return {"prox_delta_mean": float((delta.abs() * m).sum() / n),
+            "prox_delta_max": float((delta.abs() * m).max()) if m.any() else 0.0,
+            "prox_ess": float((w * m).sum() ** 2 / (n * w2)) if w2 > 0 else 0.0,
+            "prox_masked_frac": float(((stale > p.c_mask).float() * m).sum() / n),
+            "prox_future_kl": float((F * m).sum() / n)}
