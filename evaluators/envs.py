@@ -11,6 +11,7 @@ An adapter registers a factory `(game_path_or_id, EnvSettings) -> TextEnv` in `E
 from __future__ import annotations
 
 import logging
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,8 +73,10 @@ class TextEnv(gym.Env):
 
     def __init__(self, settings: EnvSettings | None = None) -> None:
         self.settings = settings or EnvSettings()
-        self.action_space = spaces.Text(max_length=256)
-        self.observation_space = spaces.Text(max_length=MAX_TEXT)
+        # printable text, spaces and newlines included (gymnasium's default charset is letters and digits,
+        # which held no command and no observation: `check_env` failed on the first reset until stop 25)
+        self.action_space = spaces.Text(max_length=256, charset=string.printable)
+        self.observation_space = spaces.Text(max_length=MAX_TEXT, charset=string.printable)
         self.steps = 0
 
 

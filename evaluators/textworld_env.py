@@ -94,21 +94,25 @@ def ensure_game(family: str, settings: dict[str, Any], seed: int, cache_dir: Pat
 
     folder.mkdir(parents=True, exist_ok=True)
     last: Exception | None = None
-    for attempt in range(5):  # some seeds admit no quest of the asked length; the next seed usually does
-        opts = GameOptions()
-        opts.seeds = seed + 7919 * attempt
-        tmp = folder / f"{key}.tmp{os.getpid()}.z8"
-        opts.path = str(tmp)
-        opts.force_recompile = True
-        try:
-            game = CHALLENGES[fam.challenge][1](dict(settings), opts)
-            textworld.generator.compile_game(game, opts)
-        except Exception as e:  # textworld raises several kinds (QuestGenerationError, assertion, ...)
-            last = e
-            continue
-        os.replace(tmp.with_suffix(".json"), path.with_suffix(".json"))
-        os.replace(tmp, path)
-        return path
+    tmp = folder / f"{key}.tmp{os.getpid()}.z8"
+    try:
+        for attempt in range(5):  # some seeds admit no quest of the asked length; the next seed usually does
+            opts = GameOptions()
+            opts.seeds = seed + 7919 * attempt
+            opts.path = str(tmp)
+            opts.force_recompile = True
+            try:
+                game = CHALLENGES[fam.challenge][1](dict(settings), opts)
+                textworld.generator.compile_game(game, opts)
+            except Exception as e:  # textworld raises several kinds (QuestGenerationError, assertion, ...)
+                last = e
+                continue
+            os.replace(tmp.with_suffix(".json"), path.with_suffix(".json"))
+            os.replace(tmp, path)
+            return path
+    finally:  # the Inform 7 source and a failed attempt's files (until stop 25 one `.ni` per game was left)
+        for f in folder.glob(f"{key}.tmp{os.getpid()}.*"):
+            f.unlink(missing_ok=True)
     raise GameGenerationError(f"textworld {family} {settings} seed {seed}: {last}")
 
 
@@ -261,14 +265,13 @@ class TextWorldTask(Task):
         self.seed = seed
         self.settings = game_settings(spec.target, spec.config)
         play = {**PLAY_KEYS, **{k: v for k, v in spec.config.items() if k in PLAY_KEYS}}
-        self.n_games = int(play["games"])
-        if self.n_games < 1:
-            raise SourceSpecError(f"games must be >= 1 (got {self.n_games})", "config.games")
+        self.n_games = _number(play, "games", int, 1)
+        max_steps = _number(play, "max_steps", int, 1)
         try:
-            self.env_settings = EnvSettings(int(play["max_steps"]), str(play["obs_mode"]))
+            self.env_settings = EnvSettings(max_steps, str(play["obs_mode"]))
         except ValueError as e:
             raise SourceSpecError(str(e), "config") from None
-        self.teacher_noise = float(play["teacher_noise"])
+        self.teacher_noise = _number(play, "teacher_noise", float, 0.0, 1.0)
         self.confidence = bool(play["confidence"])
         self.cache_dir = cache_dir
         self._paths: dict[int, Path] = {}
@@ -292,10 +295,15 @@ class TextWorldTask(Task):
             return self._pools[g]
         sibling = self.seed + self.n_games + g
         game = ensure_game(self.spec.target, self.settings, sibling, self.cache_dir)
-        path = game.with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}.json")
-        if path.is_file():
+        # keyed on the step limit too: the walks restart where it truncates them (until stop 25 a config with
+        # another `max_steps` reused the first one's pool)
+        path = game.with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}"
+                                f"-s{self.env_settings.max_steps}.json")
+        try:
             self._pools[g] = json.loads(path.read_text())
             return self._pools[g]
+        except (OSError, ValueError):  # not built yet, or a partial file: build it (again)
+            pass
         rng = random.Random(f"items-{sibling}")
         env = TextWorldEnv(game, self.env_settings, game_id=f"{self.spec.target}-{sibling}")
         pool = []
@@ -314,7 +322,9 @@ class TextWorldTask(Task):
                     pool.append({"obs": obs, "best": st.walkthrough[0], "admissible": st.admissible})
         finally:
             env.close()
-        path.write_text(json.dumps(pool))
+        tmp = path.with_suffix(f".tmp{os.getpid()}")  # renamed into place: a kill never leaves half a pool
+        tmp.write_text(json.dumps(pool))
+        os.replace(tmp, path)
         self._pools[g] = pool
         return pool
 
@@ -340,15 +350,47 @@ class TextWorldTask(Task):
         return float(resolve_action(completion, item.entry["admissible"]) == item.entry["best"])
 
 
+def _number(values: dict[str, Any], key: str, kind: type, low: float, high: float | None = None) -> Any:
+    """`values[key]` as an int or float inside [low, high], or a `SourceSpecError` naming `config.<key>`."""
+    v = values[key]
+    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and (kind is float or float(v).is_integer())
+    if not ok or v < low or (high is not None and v > high):
+        where = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+        raise SourceSpecError(f"{key} must be {'an integer' if kind is int else 'a number'} {where} (got {v!r})",
+                              f"config.{key}")
+    return kind(v)
+
+
+SETTINGS_RULES: dict[str, dict[str, Any]] = {
+    "coin_collector": {"level": (1, 300)},
+    "treasure_hunter": {"level": (1, 30)},
+    "cooking": {"recipe": (1, 5), "take": (0, 5), "recipe_seed": (0, None), "go": {1, 6, 9, 12},
+                "open": bool, "cook": bool, "cut": bool, "drop": bool, "split": {"train", "valid", "test"}},
+}
+"""What each family's generator accepts (textworld's own checks, which fail only after seconds of
+generation): an integer range, a set of values, or `bool`."""
+
+
 def check_textworld(spec: SourceSpec) -> None:
-    """Raise `SourceSpecError` for an unknown family or setting, without generating a game."""
+    """Raise `SourceSpecError` for an unknown family, an unknown setting or a value the generator would
+    refuse, without generating a game (until stop 25 a refused level stopped the search with a
+    `GameGenerationError` traceback after five generation attempts)."""
     if spec.target not in FAMILIES:
         import difflib
 
         hint = difflib.get_close_matches(spec.target, FAMILIES.names(), n=1)
         fix = f"did you mean {hint[0]!r}?" if hint else f"known: {', '.join(FAMILIES.names())}"
         raise SourceSpecError(f"unknown textworld game family {spec.target!r}; {fix}", "textworld")
-    game_settings(spec.target, spec.config)
+    settings = game_settings(spec.target, spec.config)
+    for key, rule in SETTINGS_RULES.get(spec.target, {}).items():
+        v = settings[key]
+        if isinstance(rule, tuple):
+            _number(settings, key, int, *rule)
+        elif rule is bool and not isinstance(v, bool):
+            raise SourceSpecError(f"{key} must be true or false (got {v!r})", f"config.{key}")
+        elif isinstance(rule, set) and (isinstance(v, bool) or v not in rule):
+            shown = sorted(rule) if all(isinstance(x, int) for x in rule) else sorted(rule, key=str)
+            raise SourceSpecError(f"{key} must be one of {shown} (got {v!r})", f"config.{key}")
     TextWorldTask(spec, seed=0)
 
 

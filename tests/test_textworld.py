@@ -102,6 +102,51 @@ def test_bad_textworld_specs_name_the_key():
         check_source_spec(SourceSpec("textworld", "coin_collector", {"obs_mode": "huge"}))
 
 
+@pytest.mark.parametrize("family,config,needle", [
+    ("coin_collector", {"level": 0}, "level must be an integer in [1, 300] (got 0)"),
+    ("coin_collector", {"level": "3"}, "level must be an integer in [1, 300] (got '3')"),
+    ("treasure_hunter", {"level": 31}, "level must be an integer in [1, 30]"),
+    ("cooking", {"go": 3}, "go must be one of [1, 6, 9, 12] (got 3)"),
+    ("cooking", {"open": "yes"}, "open must be true or false"),
+    ("coin_collector", {"games": "eight"}, "games must be an integer >= 1 (got 'eight')"),
+    ("coin_collector", {"teacher_noise": "high"}, "teacher_noise must be a number in [0, 1]"),
+    ("coin_collector", {"teacher_noise": 1.5}, "teacher_noise must be a number in [0, 1] (got 1.5)"),
+    ("coin_collector", {"max_steps": 2.5}, "max_steps must be an integer >= 1"),
+])
+def test_settings_the_generator_would_refuse_are_config_errors(family, config, needle):
+    """Refused before any game is generated, naming the key (until stop 25 a refused level stopped the search
+    with a traceback after five generation attempts, and a non-numeric `games` with a bare ValueError)."""
+    with pytest.raises(SourceSpecError) as e:
+        check_source_spec(SourceSpec("textworld", family, config))
+    assert needle in str(e.value) and e.value.field == f"config.{next(iter(config))}"
+
+
+def test_the_env_passes_gymnasiums_own_checker(task):
+    """Commands and observations lie in the env's declared spaces (until stop 25 its Text spaces held
+    letters and digits only, so gymnasium's `check_env` failed at the first reset)."""
+    from gymnasium.utils.env_checker import check_env
+
+    env = task.make_env(0)
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset()
+    assert env.observation_space.contains(obs) and env.action_space.contains(info["step"].admissible[0])
+
+
+def test_the_item_pool_is_keyed_on_the_step_limit_and_rebuilt_when_partial(tmp_path):
+    """The pre-training walks restart at the step limit, so a pool is kept per `max_steps` (until stop 25 a
+    config with another limit reused the first one's), written whole or not at all, and a partial file left
+    by a kill is rebuilt; generating a game leaves no temporary file behind."""
+    spec = lambda steps: SourceSpec("textworld", "coin_collector", {"level": 2, "games": 1, "max_steps": steps})  # noqa: E731
+    one, many = TextWorldTask(spec(1), 5, tmp_path), TextWorldTask(spec(12), 5, tmp_path)
+    rooms = lambda t: {it.question.split("\n")[0].split(" | ")[0] for it in t.items(48)}  # noqa: E731
+    assert len(rooms(one)) == 1 < len(rooms(many))
+    [pool] = [p for p in (tmp_path / "coin_collector").glob("*-s12.json")]
+    whole = pool.read_text()
+    pool.write_text(whole[:100])  # a kill mid-write, as the old in-place write could leave
+    assert TextWorldTask(spec(12), 5, tmp_path).items(48) == many.items(48) and pool.read_text() == whole
+    assert not [f for f in (tmp_path / "coin_collector").iterdir() if ".tmp" in f.name]
+
+
 def test_random_policy_sometimes_wins(task):
     rng = random.Random(0)
     res = [play(task.make_env(g % 2), lambda o, s: rng.choice(s.admissible)) for g in range(12)]
