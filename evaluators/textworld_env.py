@@ -27,6 +27,9 @@ from evaluators.registry import Registry
 from evaluators.sources import Item, SourceSpec, SourceSpecError, Task, extract_answer
 
 GAME_VERSION = 1  # bump when generation or the item pool changes, so caches rebuild
+RENDER_VERSION = 2
+"""Of the compact rendering, in the item pools' file names: 2 since stop 25 (a goal for treasure hunters and
+cooking games, closed containers' contents hidden; a coin collector's rendering is unchanged)."""
 ITEMS_PER_GAME = 48
 """Single-step items drawn per game for pre-training (random walks along and off the walkthrough)."""
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
@@ -125,27 +128,56 @@ def _request_infos(full_text: bool):
 
 
 def _from_facts(facts) -> tuple[str, list[str], str]:
-    """(room, visible objects, carried objects) from the game state's logical facts."""
+    """(room, visible objects, carried objects) from the game state's logical facts. What lies inside a
+    closed container is not visible (until stop 25 it was, and opening the container left the state key
+    unchanged)."""
     at: dict[str, str] = {}
     held, placed = [], []
+    closed = set()
     for p in facts or []:
         args = [a.name for a in p.arguments]
         types = [a.type for a in p.arguments]
         if p.name == "at" and len(args) == 2:
             at[args[0]] = args[1]
             if types[0] not in ("P", "r", "d"):
-                placed.append((args[0], args[1]))
+                placed.append((args[0], args[1], "at"))
         elif p.name in ("in", "on") and len(args) == 2:
             if types[1] == "I":
                 held.append(args[0])
             else:
-                placed.append((args[0], args[1]))
+                placed.append((args[0], args[1], p.name))
+        elif p.name == "closed" and args:
+            closed.add(args[0])
     room = at.get("P", "?")
     here = {room}
-    for _ in range(3):  # objects on/in things that are here are visible too
-        here |= {o for o, where in placed if where in here}
-    seen = sorted(o for o, where in placed if where in here and o not in held)
+    for _ in range(3):  # objects on things that are here, or in open things that are here, are visible too
+        here |= {o for o, where, how in placed if where in here and not (how == "in" and where in closed)}
+    seen = sorted(o for o, where, how in placed
+                  if where in here and not (how == "in" and where in closed) and o not in held)
     return room.lower(), seen, ", ".join(sorted(held)) or "nothing"
+
+
+def game_goal(json_path: str | Path) -> str | None:
+    """What the game asks, in a few words, for the families whose goal differs from game to game (the
+    compact rendering shows it; a coin collector's is always the coin): a treasure hunter's object and
+    room ("hold pear in playroom": a distractor beside it loses the game), a cooking game's recipe ("eat
+    meal of diced fried orange bell pepper, ..."; the cookbook's text is not in the compact rendering).
+    None for other games. Until stop 25 the compact rendering had no goal, so these two families could
+    only be guessed."""
+    import textworld
+
+    game = textworld.Game.load(str(json_path))
+    uuid = str(game.metadata.get("uuid", ""))
+    if uuid.startswith("tw-cooking"):
+        dishes = [" ".join([*(p for p in reversed(ing[1:]) if p), ing[0]]) for ing in game.metadata.get("ingredients", [])]
+        return "eat meal of " + ", ".join(dishes) if dishes else None
+    if uuid.startswith("tw-treasure_hunter") and game.quests and game.quests[0].win_events:
+        name = lambda v: getattr(game.infos.get(v.name), "name", None) or v.name  # noqa: E731
+        pre = game.quests[0].win_events[0].condition.preconditions
+        obj = next((name(p.arguments[0]) for p in pre if p.name == "in" and p.arguments[1].type == "I"), None)
+        room = next((name(p.arguments[1]) for p in pre if p.name == "at" and p.arguments[0].type == "P"), None)
+        return f"hold {obj}" + (f" in {room.lower()}" if room else "") if obj else None
+    return None
 
 
 def _room(description: str) -> str:
@@ -159,11 +191,13 @@ def _carrying(inventory: str) -> str:
     return text or "nothing"
 
 
-def compact_observation(room: str, back: str | None, seen: list[str], hold: str, choices: list[str]) -> str:
-    """The short rendering a small model reads: room, way back, objects, inventory, numbered choices."""
+def compact_observation(room: str, back: str | None, seen: list[str], hold: str, choices: list[str],
+                        goal: str | None = None) -> str:
+    """The short rendering a small model reads: room, way back, objects, inventory, the goal where the
+    game's family varies it, numbered choices."""
     choice_list = " ".join(f"{i}) {c}" for i, c in enumerate(choices, 1))
-    return (f"room: {room} | back: {back or '-'} | see: {', '.join(seen) or '-'} | hold: {hold}\n"
-            f"choose: {choice_list}")
+    return (f"room: {room} | back: {back or '-'} | see: {', '.join(seen) or '-'} | hold: {hold}"
+            f"{f' | goal: {goal}' if goal else ''}\nchoose: {choice_list}")
 
 
 class TextWorldEnv(TextEnv):
@@ -182,6 +216,7 @@ class TextWorldEnv(TextEnv):
         self._env = None
         self._back: str | None = None
         self._last: StepInfo | None = None
+        self._goal: str | None = None
 
     def _render(self, gs, valid: bool) -> tuple[str, StepInfo]:
         choices = sorted(gs.admissible_commands or [])
@@ -192,7 +227,7 @@ class TextWorldEnv(TextEnv):
             hold = _carrying(gs.inventory)
             seen = sorted({c.split(" ", 1)[1] for c in choices if c.startswith(("take ", "examine "))
                            and c.split(" ", 1)[1] not in hold})
-        compact = compact_observation(room, self._back, seen, hold, choices)
+        compact = compact_observation(room, self._back, seen, hold, choices, self._goal)
         full = (gs.feedback or "").strip() if self.settings.obs_mode == "full" else ""
         key = f"{self.game_id}:{room}|see:{','.join(seen)}|hold:{hold}"
         info = StepInfo(admissible=choices, state_key=key, valid=valid, won=bool(gs.won), lost=bool(gs.lost),
@@ -211,6 +246,7 @@ class TextWorldEnv(TextEnv):
             full = self.settings.obs_mode == "full"
             path = self.path if full else str(Path(self.path).with_suffix(".json"))
             self._env = textworld.start(path, _request_infos(full))
+            self._goal = None if full else game_goal(path)  # full text states the objective itself
         gs = self._env.reset()
         self.steps = 0
         self._back = None
@@ -298,7 +334,7 @@ class TextWorldTask(Task):
         # keyed on the step limit too: the walks restart where it truncates them (until stop 25 a config with
         # another `max_steps` reused the first one's pool)
         path = game.with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}"
-                                f"-s{self.env_settings.max_steps}.json")
+                                f"-s{self.env_settings.max_steps}-r{RENDER_VERSION}.json")
         try:
             self._pools[g] = json.loads(path.read_text())
             return self._pools[g]

@@ -165,3 +165,32 @@ def test_project_yaml_with_textworld_domain(tmp_path):
     with pytest.raises(ConfigError, match=r"domains\.agent\.sources\[0\]\.config\.levl: textworld coin_collector "
                                           r"has no setting 'levl'"):
         load_project(bad)
+
+
+def test_compact_rendering_states_the_goal_and_hides_closed_containers():
+    """A treasure hunter's target and a cooking game's recipe are in the compact line (until stop 25 they were
+    not: a distractor beside the target loses, and the recipe was only in the cookbook's text); what lies in a
+    closed fridge is not visible, and opening it changes the state key. A coin collector's line has no goal."""
+    from evaluators.textworld_env import TextWorldEnv, ensure_game, game_settings
+
+    th = ensure_game("treasure_hunter", game_settings("treasure_hunter", {"level": 1}), 1_000_000_007)
+    env = TextWorldEnv(th, EnvSettings(max_steps=8))
+    obs, info = env.reset()
+    goal = obs.split("\n")[0].split(" | goal: hold ")[1]
+    walk = info["step"].walkthrough
+    assert walk[-1].startswith("take ") and walk[-1][5:].split(" from ")[0] in goal, (goal, walk)
+    env.close()
+    settings = game_settings("cooking", {"recipe": 1, "take": 1, "go": 1, "open": True})
+    env = TextWorldEnv(ensure_game("cooking", settings, 1_000_000_007), EnvSettings(max_steps=20))
+    obs, info = env.reset()
+    assert " | goal: eat meal of " in obs
+    st = info["step"]
+    if "open fridge" not in st.admissible:
+        pytest.skip("this cooking game's fridge starts open")
+    before = obs.split("\n")[0]
+    obs, _, _, _, info = env.step("open fridge")
+    assert info["step"].state_key != st.state_key and len(obs.split("\n")[0]) > len(before)
+    env.close()
+    env = TextWorldEnv(ensure_game("coin_collector", game_settings("coin_collector", {"level": 2}), 1_000_000_007))
+    assert "goal:" not in env.reset()[0]
+    env.close()
