@@ -2,8 +2,8 @@
 domains from the embedded base model — plain policy gradient, CISPO, GRPO-clip and Proximal KL side
 by side on the same recipe and seeds (ALGORITHMS.md §3).
 
-Goal (issue: trainer layer): Proximal KL ends at or above the best of the others (median held-out
-accuracy over seeds, averaged over the benchmarks) and does not collapse on any seed.
+Goal (issue: trainer layer): Proximal KL ends at or above the best of the others (the median over seeds
+of each seed's held-out accuracy averaged over the benchmarks) and does not collapse on any seed.
 Run from the repo root after `make setup`:  .venv/bin/python bench/offpolicy.py
 """
 

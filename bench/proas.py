@@ -112,10 +112,14 @@ def prepare(train: TextWorldTask) -> Path | str:
 
 
 def held_out_success(model, tok, held: TextWorldTask) -> float:
-    """Success of the sampled policy over EVAL_EPISODES episodes on each held-out game."""
-    torch.manual_seed(4321)
-    envs = [held.make_env(g) for g in range(GAMES) for _ in range(EVAL_EPISODES)]
-    eps = play_episodes(model, tok, envs, [str(i) for i in range(len(envs))], greedy=False, max_new_tokens=10)
+    """Success of the sampled policy over EVAL_EPISODES episodes on each held-out game, with a fixed sampling
+    seed of its own; the training's random stream is left as it was (until stop 25 this reseeded torch before
+    every training iteration, so every seed's rollouts sampled from one shared stream and the seeds differed
+    only in the games they drew)."""
+    with torch.random.fork_rng(devices=[] if DEVICE == "cpu" else None):
+        torch.manual_seed(4321)
+        envs = [held.make_env(g) for g in range(GAMES) for _ in range(EVAL_EPISODES)]
+        eps = play_episodes(model, tok, envs, [str(i) for i in range(len(envs))], greedy=False, max_new_tokens=10)
     return sum(e.result.success for e in eps) / len(eps)
 
 
