@@ -87,11 +87,12 @@ class BenchmarkConfig(SourceConfig):
     name: str = Field(description="benchmark name, unique within its domain")
     size: int | None = Field(None, gt=0, description="number of held-out items (default 100; a textworld "
                              "benchmark: its games, one greedy episode each)")
-    metric: Literal["accuracy", "success", "score", "auroc", "ece", "brier"] | None = Field(
+    metric: Literal["accuracy", "success", "score", "auroc", "ece", "brier", "first_auroc", "first_ece",
+                    "first_brier"] | None = Field(
         None, description="what the score means: accuracy (single-turn items, the default there); success (the "
         "default) or score (textworld episodes, one greedy episode per held-out game), or the calibration of "
-        "the agent's stated step confidence on those episodes: auroc, ece or brier (lower is better for ece "
-        "and brier)")
+        "the agent's stated step confidence on those episodes: auroc, ece or brier over every step, first_auroc, "
+        "first_ece or first_brier over the first steps (lower is better for the ece and brier ones)")
     decontaminate: bool = Field(
         False, description="also drop this benchmark's exact questions from every training stream "
         "(held-out seeds are always disjoint; this matters for generators with a small problem space)")

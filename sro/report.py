@@ -143,7 +143,9 @@ def write_report(run_dir: str | Path) -> Path:
            f"the project's reference_point for {', '.join(sorted(stated))}"
            + (", 10% of the range below the worst observed value for the others"
               if set(stated) < {k for k, _ in objectives} else ""))
-    hv_note = (f"of the complete trials, objectives in the maximization frame (cost negated), reference point "
+    minimized = [k for k, d in objectives if d == "min"]
+    hv_note = (f"of the complete trials, objectives in the maximization frame ({', '.join(minimized) or 'none'} "
+               f"negated), reference point "
                f"{[round(v, 4) for v in hv.get('ref_point', [])]}: {how}" if hv.get("trials") else "no complete trial yet")
     saved = saved_budget(records)
     spent = info["spent"]

@@ -266,12 +266,13 @@ def test_calibration_metrics_of_a_textworld_benchmark_and_their_directions(micro
     agent = {"sources": [{"textworld": "coin_collector"}],
              "benchmarks": [{"name": "win", "textworld": "coin_collector", "size": 2},
                             {"name": "ece", "textworld": "coin_collector", "size": 2, "metric": "ece"},
-                            {"name": "auroc", "textworld": "coin_collector", "size": 2, "metric": "auroc"}]}
+                            {"name": "auroc", "textworld": "coin_collector", "size": 2, "metric": "auroc"},
+                            {"name": "ece0", "textworld": "coin_collector", "size": 2, "metric": "first_ece"}]}
     proj = ProjectConfig.model_validate({"name": "a", "domains": {"agent": agent}})
     # the default objectives follow each metric's direction: ECE (and Brier) improve downwards
     assert proj.objective_directions() == [("agent/win", "max"), ("agent/ece", "min"), ("agent/auroc", "max"),
-                                           ("cost", "min")]
-    assert proj.lower_is_better() == {"agent/ece"}
+                                           ("agent/ece0", "min"), ("cost", "min")]
+    assert proj.lower_is_better() == {"agent/ece", "agent/ece0"}
     # an objective stated against its metric's direction would search for the worst model
     for key, wrong, fix in (("agent/ece", "max", "agent/ece: min"), ("agent/win", "min", "agent/win: max")):
         with pytest.raises(ValueError, match=f"improves towards .* values; write `{fix}`"):

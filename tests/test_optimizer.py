@@ -281,8 +281,9 @@ def test_proposer_acquisition_uses_the_stated_reference_point() -> None:
 
 def test_running_trials_of_other_workers_are_pending_points() -> None:
     """A trial another worker is running counts as a pending point: the next proposal moves away from
-    it, where a failed trial at the same recipe (excluded by key only) leaves its neighbourhood open.
-    The acquisition is handed the running recipe's encoding (spied)."""
+    it. So does a trial that ended without a modelled result (failed, pruned): until stop 25 it was
+    excluded by key only, and the next proposal was the same recipe but for a digit past the key's six
+    (`key_only`, as before). The acquisition is handed the recipe's encoding (spied)."""
     space = RecipeSpace([Param("x", "float", 0.0, 1.0), Param("y", "float", 0.0, 1.0)])
     objectives = [("f", "max"), ("g", "max")]
     recs = [TrialRecord(i, "complete", Recipe(v), {"f": -(v["x"] - 0.3) ** 2 - v["y"] ** 2,
@@ -290,18 +291,18 @@ def test_running_trials_of_other_workers_are_pending_points() -> None:
             for i, v in enumerate(space.sobol(8, seed=1))]
     first = BoTorchProposer(space, seed=0, objectives=objectives).propose(recs, 1)[0]
     dist = {}
-    for state in ("failed", "running"):
-        p = BoTorchProposer(space, seed=0, objectives=objectives)
+    for state in ("failed", "pruned", "running", "key_only"):
+        p = BoTorchProposer(space, seed=0, objectives=objectives, max_running=0 if state == "key_only" else 16)
         seen: list = []
         acq = p._acquisition
         p._acquisition = lambda m, X, Y, pend, max_pending=0, acq=acq: (seen.append(pend), acq(m, X, Y, pend, max_pending))[1]
-        nxt = p.propose([*recs, TrialRecord(8, state, first)], 1)[0]
+        nxt = p.propose([*recs, TrialRecord(8, "failed" if state == "key_only" else state, first)], 1)[0]
         dist[state] = math.dist((nxt.values["x"], nxt.values["y"]), (first.values["x"], first.values["y"]))
-        if state == "running":
+        if state != "key_only":
             assert torch.allclose(seen[0], p.encoder.encode_many([first.values]))
         else:
             assert seen[0] is None
-    assert dist["running"] > 2 * dist["failed"], dist
+    assert min(dist["running"], dist["failed"], dist["pruned"]) > 2 * dist["key_only"], dist
     none = BoTorchProposer(space, seed=0, objectives=objectives, max_running=0)
     assert none.propose([*recs, TrialRecord(8, "running", first)], 1)[0].key != first.key
     # an Optuna trial still being sampled (no recipe yet) is skipped, not encoded

@@ -641,3 +641,4 @@ def test_the_reports_hypervolume_note_names_a_stated_reference_point(micro_proje
     page = write_report(run_dir).read_text()
     assert "the project's reference_point for arithmetic/add, 10% of the range below the worst observed " \
            "value for the others" in page
+    assert "maximization frame (cost negated)" in page  # every minimized objective named (was: always "cost")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -200,7 +201,7 @@ def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path
         torch.manual_seed(seed)
         rates = estimate_pass_rates(model, tok, tasks, n_items, k, max_new_tokens)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(rates))
+    tmp = path.with_suffix(f".tmp{os.getpid()}")  # per process: two workers building the table at once each
+    tmp.write_text(json.dumps(rates))  # rename a whole file (until stop 25 they shared one name, and a rename failed)
     tmp.replace(path)
     return rates

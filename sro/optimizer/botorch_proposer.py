@@ -214,8 +214,12 @@ class BoTorchProposer:
             X_pool = self.encoder.encode_many(pool)  # (P, D), canonical encodings of decoded recipes
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
             cands = [pool[int(i)] for i in keep]
-            # trials other workers are running on a shared storage: pending, like the batch's own picks
-            running = [r.recipe.values for r in history if r.state == "running" and self._fits(r.recipe.values)]
+            # pending, like the batch's own picks: trials other workers are running on a shared storage, and
+            # trials that ended without a modelled result (pruned, failed, collapsed, stopped): without them
+            # the acquisition's optimum stays where it was, and the next proposal was the same recipe but for
+            # a digit past the key's six (4 of 5 proposals after a pruned one, until stop 25)
+            modelled = {r.number for r in done}
+            running = [r.recipe.values for r in history if r.number not in modelled and self._fits(r.recipe.values)]
             running = running[max(0, len(running) - self.max_running):]
             X_run = self.encoder.encode_many(running) if running else None
             picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run)
