@@ -190,7 +190,8 @@ class _RandomPick(BoTorchProposer):
     """The same GP-free candidate pool, but picks at random: isolates what the acquisition adds."""
 
     def _select(self, model: object, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
-                cands: list, known: set, n: int, X_run: torch.Tensor | None = None) -> list[int]:
+                cands: list, known: set, n: int, X_run: torch.Tensor | None = None,
+                X_end: torch.Tensor | None = None) -> list[int]:
         return torch.randperm(len(X_pool), generator=torch.Generator().manual_seed(len(X)))[:n].tolist()
 
 
@@ -281,9 +282,10 @@ def test_proposer_acquisition_uses_the_stated_reference_point() -> None:
 
 def test_running_trials_of_other_workers_are_pending_points() -> None:
     """A trial another worker is running counts as a pending point: the next proposal moves away from
-    it. So does a trial that ended without a modelled result (failed, pruned): until stop 25 it was
-    excluded by key only, and the next proposal was the same recipe but for a digit past the key's six
-    (`key_only`, as before). The acquisition is handed the recipe's encoding (spied)."""
+    it. So does a trial that ended without a modelled result (failed, pruned), through the acquisition's
+    baseline: until stop 25 it was excluded by key only, and the next proposal was the same recipe but for
+    a digit past the key's six (`key_only`, as before). The acquisition is handed the recipe's encoding
+    (spied), as a pending point or in the baseline."""
     space = RecipeSpace([Param("x", "float", 0.0, 1.0), Param("y", "float", 0.0, 1.0)])
     objectives = [("f", "max"), ("g", "max")]
     recs = [TrialRecord(i, "complete", Recipe(v), {"f": -(v["x"] - 0.3) ** 2 - v["y"] ** 2,
@@ -295,7 +297,8 @@ def test_running_trials_of_other_workers_are_pending_points() -> None:
         p = BoTorchProposer(space, seed=0, objectives=objectives, max_running=0 if state == "key_only" else 16)
         seen: list = []
         acq = p._acquisition
-        p._acquisition = lambda m, X, Y, pend, max_pending=0, acq=acq: (seen.append(pend), acq(m, X, Y, pend, max_pending))[1]
+        p._acquisition = lambda m, X, Y, pend, max_pending=0, X_ended=None, acq=acq: (
+            seen.append(pend if state == "running" else X_ended), acq(m, X, Y, pend, max_pending, X_ended))[1]
         nxt = p.propose([*recs, TrialRecord(8, "failed" if state == "key_only" else state, first)], 1)[0]
         dist[state] = math.dist((nxt.values["x"], nxt.values["y"]), (first.values["x"], first.values["y"]))
         if state != "key_only":

@@ -214,15 +214,20 @@ class BoTorchProposer:
             X_pool = self.encoder.encode_many(pool)  # (P, D), canonical encodings of decoded recipes
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
             cands = [pool[int(i)] for i in keep]
-            # pending, like the batch's own picks: trials other workers are running on a shared storage, and
-            # trials that ended without a modelled result (pruned, failed, collapsed, stopped): without them
-            # the acquisition's optimum stays where it was, and the next proposal was the same recipe but for
-            # a digit past the key's six (4 of 5 proposals after a pruned one, until stop 25)
-            modelled = {r.number for r in done}
-            running = [r.recipe.values for r in history if r.number not in modelled and self._fits(r.recipe.values)]
+            # trials other workers are running on a shared storage: pending, like the batch's own picks
+            running = [r.recipe.values for r in history if r.state == "running" and self._fits(r.recipe.values)]
             running = running[max(0, len(running) - self.max_running):]
             X_run = self.encoder.encode_many(running) if running else None
-            picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run)
+            # trials that ended without a modelled result (pruned, failed, collapsed, stopped): in the baseline,
+            # at the model's belief, so a candidate next to one adds little; without them the acquisition's
+            # optimum stayed where it was, and the next proposal was the same recipe but for a digit past the
+            # key's six (4 of 5 proposals after a pruned one, until stop 25)
+            modelled = {r.number for r in done}
+            ended = [r.recipe.values for r in history if r.number not in modelled and r.state != "running"
+                     and self._fits(r.recipe.values)]
+            ended = ended[max(0, len(ended) - self.max_running):]
+            X_end = self.encoder.encode_many(ended) if ended else None
+            picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run, X_end)
         out = [Recipe(cands[i], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
             out += self._sobol(len(history), n - len(out), seen | {r.key for r in out})
@@ -380,16 +385,19 @@ class BoTorchProposer:
 
     # --- 5) selection -----------------------------------------------------------------------------
     def _acquisition(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor,
-                     X_pending: torch.Tensor | None, max_pending: int = 0) -> torch.nn.Module:
+                     X_pending: torch.Tensor | None, max_pending: int = 0,
+                     X_ended: torch.Tensor | None = None) -> torch.nn.Module:
         """qLogNEHVI (m ≥ 2) or qLogNEI (m = 1) with baseline X (N, D) and observed Y (N, m).
 
         Up to `max_pending` pending points are appended to each scored candidate (joint posterior)
         rather than merged into the baseline's per-sample box decompositions, which are then computed
-        once per proposal.
+        once per proposal. `X_ended` (E, D), recipes that ran without a modelled result, join the baseline.
         """
         mc = self.mc_samples if Y.shape[1] <= 2 else max(8, self.mc_samples // 4)
         sampler = SobolQMCNormalSampler(sample_shape=torch.Size([mc]), seed=self.seed)
         base = _baseline(model, X, Y, cap=32 if Y.shape[1] <= 2 else 16)  # box counts grow ~ cap^(m-1)
+        if X_ended is not None:
+            base = torch.cat([base, X_ended])
         if Y.shape[1] == 1:
             return qLogNoisyExpectedImprovement(model, X_baseline=base, sampler=sampler, X_pending=X_pending,
                                                 prune_baseline=False)
@@ -400,7 +408,7 @@ class BoTorchProposer:
 
     def _select(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
                 cands: list[dict[str, Any]], known: set[str], n: int,
-                X_run: torch.Tensor | None = None) -> list[int]:
+                X_run: torch.Tensor | None = None, X_end: torch.Tensor | None = None) -> list[int]:
         """Greedy batch: n indices into `cands` (values dicts; X_pool (P, D) their encodings), each
         maximizing the acquisition given the earlier ones and the running trials `X_run` (R, D). The
         refined recipes (`_refine`) are appended to `cands` first, so an index may point past the
@@ -416,7 +424,7 @@ class BoTorchProposer:
             return torch.cat(parts) if parts else None
 
         with torch.no_grad():
-            acqf = self._acquisition(model, X, Y, X_run, max_pending=min(R + n - 1, MAX_JOINT_PENDING))
+            acqf = self._acquisition(model, X, Y, X_run, max_pending=min(R + n - 1, MAX_JOINT_PENDING), X_ended=X_end)
             vals = self._score(acqf, X_pool)  # (P,)
         starts = [X_pool[vals.argsort(descending=True)[: self.refine]]]
         if self.refine:
@@ -437,7 +445,7 @@ class BoTorchProposer:
                 if Y.shape[1] > 1:  # appended per candidate up to MAX_JOINT_PENDING, the rest re-partitioned
                     acqf.set_X_pending(pending(picks))
                 else:
-                    acqf = self._acquisition(model, X, Y, pending(picks))
+                    acqf = self._acquisition(model, X, Y, pending(picks), X_ended=X_end)
                 sv = self._score(acqf, X_pool[short])
                 sv = torch.where(torch.isfinite(sv), sv, torch.full_like(sv, -1e300))  # NaN ranks last, above a pick
                 sv[torch.isin(short, torch.tensor(picks))] = -float("inf")
