@@ -27,9 +27,10 @@ from evaluators.registry import Registry
 from evaluators.sources import Item, SourceSpec, SourceSpecError, Task, extract_answer
 
 GAME_VERSION = 1  # bump when generation or the item pool changes, so caches rebuild
-RENDER_VERSION = 2
+RENDER_VERSION = 3
 """Of the compact rendering, in the item pools' file names: 2 since stop 25 (a goal for treasure hunters and
-cooking games, closed containers' contents hidden; a coin collector's rendering is unchanged)."""
+cooking games, closed containers' contents hidden; a coin collector's rendering is unchanged), 3 with locked
+containers hidden too."""
 ITEMS_PER_GAME = 48
 """Single-step items drawn per game for pre-training (random walks along and off the walkthrough)."""
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
@@ -146,7 +147,7 @@ def _from_facts(facts) -> tuple[str, list[str], str]:
                 held.append(args[0])
             else:
                 placed.append((args[0], args[1], p.name))
-        elif p.name == "closed" and args:
+        elif p.name in ("closed", "locked") and args:  # a locked container has no `closed` fact
             closed.add(args[0])
     room = at.get("P", "?")
     here = {room}
@@ -389,7 +390,8 @@ class TextWorldTask(Task):
 def _number(values: dict[str, Any], key: str, kind: type, low: float, high: float | None = None) -> Any:
     """`values[key]` as an int or float inside [low, high], or a `SourceSpecError` naming `config.<key>`."""
     v = values[key]
-    ok = not isinstance(v, bool) and isinstance(v, (int, float)) and (kind is float or float(v).is_integer())
+    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and v == v
+          and (kind is float or float(v).is_integer()))  # v == v: not NaN
     if not ok or v < low or (high is not None and v > high):
         where = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
         raise SourceSpecError(f"{key} must be {'an integer' if kind is int else 'a number'} {where} (got {v!r})",
@@ -427,6 +429,9 @@ def check_textworld(spec: SourceSpec) -> None:
         elif isinstance(rule, set) and (isinstance(v, bool) or v not in rule):
             shown = sorted(rule) if all(isinstance(x, int) for x in rule) else sorted(rule, key=str)
             raise SourceSpecError(f"{key} must be one of {shown} (got {v!r})", f"config.{key}")
+    if spec.target == "cooking" and settings["recipe_seed"] and not settings["take"]:  # textworld's own assert
+        raise SourceSpecError("recipe_seed > 0 (a shuffled recipe) needs the take skill: set take >= 1",
+                              "config.recipe_seed")
     TextWorldTask(spec, seed=0)
 
 

@@ -156,6 +156,13 @@ def saved_budget(records: Sequence[TrialRecord]) -> dict[str, float]:
             "seconds": sum(r.cost.get("saved_s", 0.0) for r in pruned)}
 
 
+def training_seconds(curve: Sequence[dict[str, float]], eval_s: float) -> float | None:
+    """The seconds a pruned trial's training took: its last step's `wall_s` (a step that failed on non-finite
+    values records none) less the intermediate evaluations inside it; None without a timed step."""
+    walls = [float(c["wall_s"]) for c in curve if "wall_s" in c]
+    return max(0.0, walls[-1] - eval_s) if walls else None
+
+
 def pruned_cost(cost_so_far: dict[str, float], step: int, steps: int, train_s: float | None = None,
                 scoring_s: float = 0.0) -> dict[str, float]:
     """A pruned trial's cost: what it spent, plus the steps it did not run and their estimated seconds:

@@ -26,7 +26,7 @@ from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.optimizer.hypervolume import hypervolume_history
 from sro.proposers import PROPOSERS
-from sro.pruning import Pruner, TrialPruned, pruned_cost
+from sro.pruning import Pruner, TrialPruned, pruned_cost, training_seconds
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
 from sro.start_recipes import next_start, start_recipes
@@ -227,9 +227,8 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                                    "kept, rerun the same command to resume")
             raise
         except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
-            train_s = float(curve[-1].get("wall_s", 0.0)) - e.eval_s if curve else None
             cost = pruned_cost({**cost_so_far(), "samples": float(curve[-1].get("samples", 0)) if curve else 0.0},
-                               e.step, steps, train_s=train_s, scoring_s=ctx.score_s)
+                               e.step, steps, train_s=training_seconds(curve, e.eval_s), scoring_s=ctx.score_s)
             ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
                              str(e))
             progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "

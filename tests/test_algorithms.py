@@ -199,3 +199,13 @@ def test_proximal_kl_reports_its_delta_and_the_failure_clock_watches_it():
     clock = FailureClock(CollapseSettings(max_delta=1.0))
     assert clock.observe({"reward": 0.5, "prox_delta_mean": 0.5}) is None
     assert "|δ|" in clock.observe({"reward": 0.5, "prox_delta_mean": 2.0})
+
+
+def test_clip_fraction_counts_what_each_loss_clips():
+    """CISPO clips its weight from above only, so its `clip_frac` counts only r > 1 + eps_high (until stop 25
+    the metric counted r < 1 − eps_low too, about twice what the loss clipped)."""
+    from trainers.grpo import clipped_tokens
+
+    ratio = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5])
+    assert clipped_tokens(ratio, config_for("grpo", {"eps": 0.2})).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
+    assert clipped_tokens(ratio, config_for("cispo", {"eps_high": 0.2})).tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]

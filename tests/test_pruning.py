@@ -138,6 +138,11 @@ def test_pruned_cost_and_saved_budget() -> None:
     paced = pruned_cost({"wall_s": 12.0}, step=10, steps=30, train_s=8.0, scoring_s=3.0)
     assert paced["saved_s"] == pytest.approx(0.8 * 20 + 3.0)
     assert pruned_cost({"wall_s": 12.0}, step=30, steps=30, train_s=8.0, scoring_s=3.0)["saved_s"] == 0.0
+    from sro.pruning import training_seconds
+
+    # the last timed step, the evaluations inside it left out; a step that failed on non-finite values has no time
+    assert training_seconds([{"wall_s": 4.0}, {"wall_s": 9.0}, {"collapsed": 1.0}], eval_s=2.0) == 7.0
+    assert training_seconds([{"collapsed": 1.0}], 2.0) is None and training_seconds([{"wall_s": 1.0}], 5.0) == 0.0
     from sro.ledger import TrialRecord
 
     recs = [TrialRecord(0, "pruned", Recipe({}), cost=cost), TrialRecord(1, "complete", Recipe({}), cost={"wall_s": 5}),

@@ -428,12 +428,14 @@ def test_a_gpu_hour_budget_on_a_cpu_worker_is_refused_alone_and_flagged_beside_a
     from sro.budget import Budget
     from sro.search import _check_gpu_budget
 
-    r = run("search", str(micro_project("g")), "--budget", "1gpu-h", "--runs", str(tmp_path / "runs"), cwd=tmp_path)
+    project = micro_project("g")
+    project.write_text(project.read_text().replace("runtime: {", "runtime: {device: cpu, "))  # a GPU machine too
+    r = run("search", str(project), "--budget", "1gpu-h", "--runs", str(tmp_path / "runs"), cwd=tmp_path)
     lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
     assert r.returncode == 2 and len(lines) == 1 and "never end" in lines[0] and "1gpu-h,2h" in lines[0], r.stderr
     assert not (tmp_path / "runs" / "g").exists()  # refused before the study is made
     console = Console(record=True, width=300)
-    _check_gpu_budget(Budget.parse("1gpu-h,3trials"), load_project(micro_project("g")), console)
+    _check_gpu_budget(Budget.parse("1gpu-h,3trials"), load_project(project), console)
     assert "spend no GPU-hours" in console.export_text()
 
 

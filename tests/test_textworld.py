@@ -112,6 +112,8 @@ def test_bad_textworld_specs_name_the_key():
     ("coin_collector", {"teacher_noise": "high"}, "teacher_noise must be a number in [0, 1]"),
     ("coin_collector", {"teacher_noise": 1.5}, "teacher_noise must be a number in [0, 1] (got 1.5)"),
     ("coin_collector", {"max_steps": 2.5}, "max_steps must be an integer >= 1"),
+    ("coin_collector", {"teacher_noise": float("nan")}, "teacher_noise must be a number in [0, 1] (got nan)"),
+    ("cooking", {"recipe_seed": 3, "take": 0}, "recipe_seed > 0 (a shuffled recipe) needs the take skill"),
 ])
 def test_settings_the_generator_would_refuse_are_config_errors(family, config, needle):
     """Refused before any game is generated, naming the key (until stop 25 a refused level stopped the search
@@ -194,3 +196,20 @@ def test_compact_rendering_states_the_goal_and_hides_closed_containers():
     env = TextWorldEnv(ensure_game("coin_collector", game_settings("coin_collector", {"level": 2}), 1_000_000_007))
     assert "goal:" not in env.reset()[0]
     env.close()
+
+
+def test_what_lies_in_a_closed_or_locked_container_is_not_visible():
+    """On hand-made facts: a closed chest and a locked safe hide their contents (a locked container has no
+    `closed` fact), an open one and a supporter show theirs."""
+    from textworld.logic import Proposition, Variable
+
+    from evaluators.textworld_env import _from_facts
+
+    P, room = Variable("P", "P"), Variable("kitchen", "r")
+    chest, safe, box, table = (Variable(n, t) for n, t in (("chest", "c"), ("safe", "c"), ("box", "c"), ("table", "s")))
+    apple, pear, fig, key = (Variable(n, "o") for n in ("apple", "pear", "fig", "key"))
+    facts = [Proposition("at", [P, room]), *(Proposition("at", [x, room]) for x in (chest, safe, box, table)),
+             Proposition("in", [apple, chest]), Proposition("in", [pear, safe]), Proposition("in", [fig, box]),
+             Proposition("on", [key, table]), Proposition("closed", [chest]), Proposition("locked", [safe]),
+             Proposition("open", [box])]
+    assert _from_facts(facts) == ("kitchen", ["box", "chest", "fig", "key", "safe", "table"], "nothing")

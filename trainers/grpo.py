@@ -166,6 +166,16 @@ class Batch:
                      [p for b in parts for p in b.prompts], [it for b in parts for it in b.items])
 
 
+def clipped_tokens(ratio: torch.Tensor, cfg: GRPOConfig) -> torch.Tensor:
+    """1.0 where the loss clips the ratio π_θ/μ (the `clip_frac` metric): outside [1 − eps_low, 1 + eps_high],
+    or for CISPO, whose weight is clipped from above only, above 1 + eps_high (until stop 25 its metric
+    counted the lower side too, about twice what the loss clipped)."""
+    clipped = ratio > 1 + cfg.eps_high
+    if cfg.policy_loss != "cispo":
+        clipped = clipped | (ratio < 1 - cfg.eps_low)
+    return clipped.float()
+
+
 def non_finite_error(e: BaseException) -> bool:
     """Whether an error of a training step is about non-finite values (torch's sampler: "probability tensor
     contains either `inf`, `nan` or element < 0"): a collapse, not a crash. Whole words only; until stop 25
@@ -334,7 +344,7 @@ class GRPOTrainer:
                 if self.teacher is not None and d.teacher == "ema":
                     ema_update(self.teacher, self.model, d.ema_decay)
                 ratio = torch.exp(logp.detach() - b_logp)
-                clipped = ((ratio < 1 - cfg.eps_low) | (ratio > 1 + cfg.eps_high)).float()
+                clipped = clipped_tokens(ratio, cfg)
                 denom = m.sum().clamp(min=1)
                 stats["loss"] += loss.item()
                 stats["kl"] += float((kl.detach() * m).sum() / denom)
