@@ -230,6 +230,8 @@ class TextWorldEnv(TextEnv):
                            and c.split(" ", 1)[1] not in hold})
         compact = compact_observation(room, self._back, seen, hold, choices, self._goal)
         full = (gs.feedback or "").strip() if self.settings.obs_mode == "full" else ""
+        if self.settings.obs_mode != "compact" and gs.facts:  # the state key from the facts in both modes (the
+            room, seen, hold = _from_facts(gs.facts)  # choices gave "knife from table" as an object; stop 25)
         key = f"{self.game_id}:{room}|see:{','.join(seen)}|hold:{hold}"
         info = StepInfo(admissible=choices, state_key=key, valid=valid, won=bool(gs.won), lost=bool(gs.lost),
                         score=float(gs.score or 0), max_score=float(gs.max_score or 1),

@@ -213,3 +213,22 @@ def test_what_lies_in_a_closed_or_locked_container_is_not_visible():
              Proposition("on", [key, table]), Proposition("closed", [chest]), Proposition("locked", [safe]),
              Proposition("open", [box])]
     assert _from_facts(facts) == ("kitchen", ["box", "chest", "fig", "key", "safe", "table"], "nothing")
+
+
+def test_a_states_key_is_the_same_in_full_and_compact_mode():
+    """The key ProAS's reference graph reads is built from the game's facts in both modes (until stop 25 the
+    full mode read objects off the choice list: "knife from table" as an object, and an object dropped when
+    its name appeared in the inventory sentence)."""
+    from evaluators.textworld_env import TextWorldEnv, ensure_game, game_settings
+
+    game = ensure_game("cooking", game_settings("cooking", {"recipe": 1, "take": 1, "go": 1, "open": True}),
+                       1_000_000_007)
+    keys = {}
+    for mode in ("compact", "full"):
+        env = TextWorldEnv(game, EnvSettings(max_steps=20, obs_mode=mode))
+        _, info = env.reset()
+        take = next(c for c in info["step"].admissible if c.startswith("take "))
+        _, _, _, _, after = env.step(take)
+        keys[mode] = (info["step"].state_key, after["step"].state_key)
+        env.close()
+    assert keys["full"] == keys["compact"] and " from " not in keys["full"][0], keys
