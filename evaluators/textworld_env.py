@@ -23,6 +23,7 @@ from typing import Any
 
 from evaluators.calibration import confidence_question, parse_confidence
 from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, close_quietly, normalize_command
+from evaluators.files import write_whole
 from evaluators.registry import Registry
 from evaluators.sources import Item, SourceSpec, SourceSpecError, Task, extract_answer
 
@@ -150,11 +151,11 @@ def _from_facts(facts) -> tuple[str, list[str], str]:
         elif p.name in ("closed", "locked") and args:  # a locked container has no `closed` fact
             closed.add(args[0])
     room = at.get("P", "?")
+    reachable = [(o, where) for o, where, how in placed if not (how == "in" and where in closed)]
     here = {room}
     for _ in range(3):  # objects on things that are here, or in open things that are here, are visible too
-        here |= {o for o, where, how in placed if where in here and not (how == "in" and where in closed)}
-    seen = sorted(o for o, where, how in placed
-                  if where in here and not (how == "in" and where in closed) and o not in held)
+        here |= {o for o, where in reachable if where in here}
+    seen = sorted(o for o, where in reachable if where in here and o not in held)
     return room.lower(), seen, ", ".join(sorted(held)) or "nothing"
 
 
@@ -221,23 +222,21 @@ class TextWorldEnv(TextEnv):
 
     def _render(self, gs, valid: bool) -> tuple[str, StepInfo]:
         choices = sorted(gs.admissible_commands or [])
-        if self.settings.obs_mode == "compact":
-            room, seen, hold = _from_facts(gs.facts)
-        else:
+        compact = self.settings.obs_mode == "compact"
+        if compact or gs.facts:  # the state from the game's facts, so a state has one key in both modes (until
+            room, seen, hold = _from_facts(gs.facts)  # stop 25 full mode read "knife from table" off the choices)
+        else:  # full mode without facts: read off the game's text
             room = _room(gs.description)
             hold = _carrying(gs.inventory)
             seen = sorted({c.split(" ", 1)[1] for c in choices if c.startswith(("take ", "examine "))
                            and c.split(" ", 1)[1] not in hold})
-        compact = compact_observation(room, self._back, seen, hold, choices, self._goal)
-        full = (gs.feedback or "").strip() if self.settings.obs_mode == "full" else ""
-        if self.settings.obs_mode != "compact" and gs.facts:  # the state key from the facts in both modes (the
-            room, seen, hold = _from_facts(gs.facts)  # choices gave "knife from table" as an object; stop 25)
+        full = "" if compact else (gs.feedback or "").strip()
         key = f"{self.game_id}:{room}|see:{','.join(seen)}|hold:{hold}"
         info = StepInfo(admissible=choices, state_key=key, valid=valid, won=bool(gs.won), lost=bool(gs.lost),
                         score=float(gs.score or 0), max_score=float(gs.max_score or 1),
                         walkthrough=list(gs.policy_commands or []), full_text=full)
-        obs = compact if self.settings.obs_mode == "compact" else (
-            full + "\n\nAdmissible commands: " + ", ".join(choices))
+        obs = (compact_observation(room, self._back, seen, hold, choices, self._goal) if compact
+               else full + "\n\nAdmissible commands: " + ", ".join(choices))
         return obs, info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict[str, Any]]:
@@ -361,9 +360,7 @@ class TextWorldTask(Task):
                     pool.append({"obs": obs, "best": st.walkthrough[0], "admissible": st.admissible})
         finally:
             env.close()
-        tmp = path.with_suffix(f".tmp{os.getpid()}")  # renamed into place: a kill never leaves half a pool
-        tmp.write_text(json.dumps(pool))
-        os.replace(tmp, path)
+        write_whole(path, json.dumps(pool))  # a kill never leaves half a pool
         self._pools[g] = pool
         return pool
 

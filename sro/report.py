@@ -66,7 +66,8 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
     fig = go.Figure()
     if done:
         pts = np.array([[r.value(x_key), r.value(y_key)] for r in done])
-        front = np.array([r.number in front_numbers(done, objectives) for r in done])
+        on_front = front_numbers(done, objectives)
+        front = np.array([r.number in on_front for r in done])
         costs = [r.cost.get("wall_s", 0.0) for r in done]
         fig.add_trace(go.Scatter(
             x=pts[:, 0], y=pts[:, 1], mode="markers", name="trials",

@@ -255,9 +255,9 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
 def _check_gpu_budget(budget: Budget, project: ProjectConfig, console: Console) -> None:
     """A GPU-hour limit counts only the time of trials trained on a GPU: on a CPU worker it never
     fills, so alone it would let the search run forever; beside another limit it is said to be idle."""
-    if budget.gpu_h is None or pick_device(project.runtime.device).type == "cuda":
-        return
     device = pick_device(project.runtime.device).type
+    if budget.gpu_h is None or device == "cuda":
+        return
     if all(getattr(budget, c) is None for c in ("wall_s", "trials", "tokens")):
         raise BudgetError(f"budget {budget}: this worker trains on the {device} (runtime.device: "
                           f"{project.runtime.device}), which spends no GPU-hours, so the search would never "

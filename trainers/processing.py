@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evaluators.files import write_whole
 from evaluators.registry import Registry
 from evaluators.sources import Item, Task, normalize
 from trainers.algorithms import Knob
@@ -201,7 +201,7 @@ def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path
         torch.manual_seed(seed)
         rates = estimate_pass_rates(model, tok, tasks, n_items, k, max_new_tokens)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")  # per process: two workers building the table at once each
-    tmp.write_text(json.dumps(rates))  # rename a whole file (until stop 25 they shared one name, and a rename failed)
-    tmp.replace(path)
+    # a temporary file per process (until stop 25 two workers building the table at once shared one name,
+    # and a rename failed)
+    write_whole(path, json.dumps(rates))
     return rates

@@ -78,7 +78,7 @@ def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
     model.train()
     loss = torch.tensor(float("nan"))
     first = None
-    done, tokens, cut = 0, 0, False
+    done = tokens = 0
     for step in range(cfg.steps):
         warm = min(1.0, (step + 1) / 3)
         for g in opt.param_groups:
@@ -94,10 +94,9 @@ def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
         done, tokens = step + 1, tokens + int(mask.sum())
         if on_step:
             on_step(step + 1, float(loss))
-        if deadline is not None and time.monotonic() >= deadline and done < cfg.steps:
-            cut = True
+        if deadline is not None and time.monotonic() >= deadline:
             break
     model.eval()
     return {"sft_steps": float(done), "sft_samples": float(done * cfg.batch_size), "sft_tokens": float(tokens),
             "sft_rejected": float(rejected), "sft_loss_first": first, "sft_loss": float(loss),
-            **({"sft_cut": 1.0} if cut else {})}
+            **({"sft_cut": 1.0} if done < cfg.steps else {})}

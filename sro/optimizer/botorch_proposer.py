@@ -215,23 +215,24 @@ class BoTorchProposer:
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
             cands = [pool[int(i)] for i in keep]
             # trials other workers are running on a shared storage: pending, like the batch's own picks
-            running = [r.recipe.values for r in history if r.state == "running" and self._fits(r.recipe.values)]
-            running = running[max(0, len(running) - self.max_running):]
-            X_run = self.encoder.encode_many(running) if running else None
+            X_run = self._encode_latest([r for r in history if r.state == "running"])
             # trials that ended without a modelled result (pruned, failed, collapsed, stopped): in the baseline,
             # at the model's belief, so a candidate next to one adds little; without them the acquisition's
             # optimum stayed where it was, and the next proposal was the same recipe but for a digit past the
             # key's six (4 of 5 proposals after a pruned one, until stop 25)
             modelled = {r.number for r in done}
-            ended = [r.recipe.values for r in history if r.number not in modelled and r.state != "running"
-                     and self._fits(r.recipe.values)]
-            ended = ended[max(0, len(ended) - self.max_running):]
-            X_end = self.encoder.encode_many(ended) if ended else None
+            X_end = self._encode_latest([r for r in history if r.number not in modelled and r.state != "running"])
             picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run, X_end)
         out = [Recipe(cands[i], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
             out += self._sobol(len(history), n - len(out), seen | {r.key for r in out})
         return out
+
+    def _encode_latest(self, records: Sequence[TrialRecord]) -> torch.Tensor | None:
+        """The latest `max_running` of `records` whose recipes fit the space, encoded (R, D); None if none."""
+        values = [r.recipe.values for r in records if self._fits(r.recipe.values)]
+        values = values[max(0, len(values) - self.max_running):]
+        return self.encoder.encode_many(values) if values else None
 
     # --- 1) data ----------------------------------------------------------------------------------
     @staticmethod

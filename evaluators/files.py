@@ -1,0 +1,14 @@
+"""Cache files written whole: to a temporary name of this process, then renamed into place, so a kill
+or a second worker writing the same file at once never leaves, or reads, half of one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def write_whole(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (a per-process temporary file beside it, then `os.replace`)."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
