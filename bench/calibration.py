@@ -103,10 +103,17 @@ def grade(model, tok) -> dict[str, dict[str, float]]:
     return {name: flat(held_out_report(model, tok, *h)) for name, h in held_out_sets().items()}
 
 
+def training_task():
+    """The training games: none is one a player could not tell from a game of the verdict's held-out set
+    (`tasks` keeps them apart; until stop 26 only from the 8-game set's, and 22 of the 64 training games and 2
+    of the base model's 8 pre-training games had a held-out game's first screen and walkthrough)."""
+    return tasks({"confidence": True, "games": HELD_GAMES}, TRAIN_GAMES)[0]
+
+
 def train_and_grade(seed: int, weight: float, readout_steps: int = 0) -> dict[str, dict[str, float]]:
     """One training from the base model (in a worker process: one torch thread) and its held-out metrics."""
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
-    train, _ = tasks({"confidence": True}, TRAIN_GAMES)
+    train = training_task()
     model, tok = load_policy(base_model(train), "cpu")
     cfg = MultiTurnConfig(GRPOConfig(lr=LR, steps=ITERS, group_size=8, prompts_per_step=4, max_new_tokens=10,
                                      warmup_steps=2, seed=seed), confidence=True, calib_weight=weight,
@@ -160,7 +167,7 @@ def by_success(rows: list[dict], set_name: str) -> str:
 def main() -> int:
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "1")))
     t0 = time.time()
-    train, _ = tasks({"confidence": True}, TRAIN_GAMES)
+    train = training_task()
     base = prepare(train)
     sets = held_out_sets()
     for held, games, _ in sets.values():  # generated once here, not by each worker

@@ -3,7 +3,10 @@ treasure hunter, cooking; by level and seed), cached under `runs/.cache/textworl
 the gymnasium-style `TextEnv` of `evaluators.envs`.
 
 A `TextWorldTask` is a source like any other: training games come from training seeds and held-out
-games from held-out seeds (`derive_seed`), so a benchmark game is never a training game. Its `item`s
+games from held-out seeds (`derive_seed`). Disjoint seeds are not disjoint games — a small game space
+such as coin collector level 2 gives the same game to several seeds — so a training task told the
+held-out games' signatures (`keep_out`, `game_signature`) replaces any game a player could not tell from
+a held-out one by a game from another seed; a benchmark game is never a training game. Its `item`s
 are single steps — (compact observation, the walkthrough's next command, or a random admissible one)
 from sibling games with the same settings — which is what the embedded model pre-trains on; the
 multi-turn trainer plays whole episodes on the source's own games (`TextWorldTask.make_env`). Metrics: success, score, steps, invalid-action rate.
@@ -33,6 +36,10 @@ RENDER_VERSION = 3
 cooking games, closed containers' contents hidden; a coin collector's rendering is unchanged), 3 with locked
 containers hidden too."""
 ITEMS_PER_GAME = 48
+REPLACE_STRIDE = 1009
+"""Seed step from a game that must be replaced (it is a held-out game) to the next one tried."""
+MAX_REPLACE = 32
+"""Games tried for one seed before the game space counts as too small to keep training and held-out apart."""
 """Single-step items drawn per game for pre-training (random walks along and off the walkthrough)."""
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
 
@@ -182,6 +189,26 @@ def game_goal(json_path: str | Path) -> str | None:
     return None
 
 
+_SIGNATURES: dict[str, str] = {}
+
+
+def game_signature(path: str | Path) -> str:
+    """What a policy can learn about a game before it plays it: the compact first observation (room, way
+    back, objects, goal, choices) and the walkthrough, hashed. Two games with one signature are solved by
+    the same commands from the same first screen — the same task to a policy even where a later room's name
+    differs. Memoized per process (one reset of the game's logic engine, a few ms)."""
+    key = str(path)
+    if key not in _SIGNATURES:
+        env = TextWorldEnv(path, EnvSettings(max_steps=1, obs_mode="compact"))
+        try:
+            obs, info = env.reset()
+        finally:
+            close_quietly(env)
+        blob = json.dumps([obs, info["step"].walkthrough])
+        _SIGNATURES[key] = hashlib.sha256(blob.encode()).hexdigest()[:16]
+    return _SIGNATURES[key]
+
+
 def _room(description: str) -> str:
     m = re.search(r"-=\s*(.+?)\s*=-", description or "")
     return m.group(1).strip().lower() if m else "?"
@@ -312,18 +339,50 @@ class TextWorldTask(Task):
         self.teacher_noise = _number(play, "teacher_noise", float, 0.0, 1.0)
         self.confidence = bool(play["confidence"])
         self.cache_dir = cache_dir
+        self.exclude: frozenset[str] = frozenset()
+        """Signatures of games this task never plays nor pre-trains on: the held-out games (`keep_out`)."""
+        self.replaced: dict[int, int] = {}
+        """Seed -> the seed played instead, for games replaced because a held-out game has their signature."""
         self._paths: dict[int, Path] = {}
         self._pools: dict[int, list[dict[str, Any]]] = {}
+
+    def keep_out(self, signatures: set[str] | frozenset[str]) -> None:
+        """Never play, nor draw pre-training items from, a game with one of these signatures (the held-out
+        games': `signatures`); such a game is replaced by the first of seed + k·REPLACE_STRIDE that is not."""
+        self.exclude = frozenset(signatures)
+        self.replaced = {}
+        self._paths.clear()
+        self._pools.clear()
+
+    def signatures(self) -> set[str]:
+        """The `game_signature` of each of this task's games (generating any not yet generated)."""
+        return {game_signature(self.game_path(g)) for g in range(self.n_games)}
+
+    def _game(self, seed: int) -> tuple[int, Path]:
+        """(seed, path) of the game for `seed`, or of its replacement where that game is excluded."""
+        for k in range(MAX_REPLACE):
+            path = ensure_game(self.spec.target, self.settings, seed + k * REPLACE_STRIDE, self.cache_dir)
+            if not self.exclude or game_signature(path) not in self.exclude:
+                if k:
+                    self.replaced[seed] = seed + k * REPLACE_STRIDE
+                return seed + k * REPLACE_STRIDE, path
+        raise GameGenerationError(
+            f"textworld {self.spec.target} {self.settings}: the {MAX_REPLACE} games tried for seed {seed} are all "
+            f"held-out games; the game space of these settings is too small to keep training and held-out games "
+            f"apart: raise the level, or give the benchmark fewer games")
 
     def game_path(self, g: int) -> Path:
         """The g-th game of this source (generated on first use, then cached)."""
         g %= self.n_games
         if g not in self._paths:
-            self._paths[g] = ensure_game(self.spec.target, self.settings, self.seed + g, self.cache_dir)
+            self._paths[g] = self._game(self.seed + g)[1]
         return self._paths[g]
 
     def make_env(self, g: int) -> TextWorldEnv:
-        return TextWorldEnv(self.game_path(g), self.env_settings, game_id=f"{self.spec.target}-{self.seed + g % self.n_games}")
+        g %= self.n_games
+        path = self.game_path(g)
+        return TextWorldEnv(path, self.env_settings,
+                            game_id=f"{self.spec.target}-{self.replaced.get(self.seed + g, self.seed + g)}")
 
     def _pool(self, g: int) -> list[dict[str, Any]]:
         """Single-step items from random walks in the g-th *sibling* game (seed seed + games + g: the
@@ -331,8 +390,7 @@ class TextWorldTask(Task):
         games' own walkthroughs wins them all, and RL then gets no gradient). Cached beside the game."""
         if g in self._pools:
             return self._pools[g]
-        sibling = self.seed + self.n_games + g
-        game = ensure_game(self.spec.target, self.settings, sibling, self.cache_dir)
+        sibling, game = self._game(self.seed + self.n_games + g)
         # keyed on the step limit too: the walks restart where it truncates them (until stop 25 a config with
         # another `max_steps` reused the first one's pool)
         path = game.with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}"

@@ -124,6 +124,7 @@ class SearchContext:
             tasks[dname] = [make_task(s.spec(project.base_dir), derive_seed(project.seed, "train", dname, i),
                                       Path(cache_dir))
                             for i, s in enumerate(dom.sources)]
+        _keep_held_out_games_apart(benchmarks, tasks)
         # a file's held-out seed only shuffles its rows: a jsonl benchmark's questions never train (a file
         # that is both a source and a benchmark is split: the benchmark's rows held out, the rest trained on)
         decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks
@@ -208,6 +209,21 @@ def _check_sources_left(project: ProjectConfig, tasks: dict[str, list[Task]], ex
                                   "left to train on; give the benchmark a smaller `size`, or train on another file")
 
 
+def _keep_held_out_games_apart(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]]) -> None:
+    """Tell every training task that plays games (TextWorld) the held-out games' signatures, so that it
+    replaces a game a player could not tell from a held-out one (small game spaces repeat games across
+    seeds; until stop 26 two of `bench/calibration.py`'s 64 held-out games were training games, and 23 more
+    had a training game's first screen and walkthrough)."""
+    held = [b.task for b in benchmarks.values() if hasattr(b.task, "signatures")]
+    if not held:
+        return
+    signatures = set().union(*(t.signatures() for t in held))
+    for ts in tasks.values():
+        for t in ts:
+            if hasattr(t, "keep_out"):
+                t.keep_out(signatures)
+
+
 def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]], exclude: set[str],
                      probe: int = OVERLAP_PROBE) -> dict[str, float]:
     """Per benchmark: the share of its questions that also occur among the first `probe` items of any
@@ -215,7 +231,9 @@ def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Tas
     until stop 24 only the benchmark's own domain was probed), its `exclude`d (decontaminated)
     questions left out: no stream serves them."""
     seen = {normalize(t.item(i).question) for ts in tasks.values() for t in ts for i in range(probe)}
-    return {key: round(len((b.questions() - exclude) & seen) / max(1, len(b.questions())), 3)
+    # a game benchmark plays its held-out games, which no training task plays (`_keep_held_out_games_apart`)
+    return {key: 0.0 if getattr(b.task, "multi_turn", False)
+            else round(len((b.questions() - exclude) & seen) / max(1, len(b.questions())), 3)
             for key, b in benchmarks.items()}
 
 

@@ -535,6 +535,9 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     assert len(out.curve) == 2 and "graph_edges" in out.curve[-1] and out.curve[-1]["episodes"] == 4
     assert out.metrics["env_errors"] == 0 and out.metrics["heldout_env_errors"] == 0 and out.notes == []
     assert list((tmp_path / "cache" / "textworld" / "coin_collector").glob("*.z8"))  # games cached beside the model
+    # the training task knows the held-out games, and plays none of them
+    assert ctx.tasks["agent"][0].exclude == ctx.benchmarks["agent/coin"].task.signatures()
+    assert ctx.overlap == {"agent/coin": 0.0}
 
 
 def test_proas_metrics_describe_the_graph_the_credit_used(policy, monkeypatch):

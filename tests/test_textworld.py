@@ -92,6 +92,30 @@ def test_train_and_heldout_games_differ():
     assert a.game_path(0) != b.game_path(0)
 
 
+def test_a_training_task_never_plays_nor_pretrains_on_a_held_out_game():
+    """Disjoint seeds can give one game (coin collector level 2 has few): a training task told the held-out
+    games' signatures plays another seed's game instead, for its own games and its sibling (pre-training)
+    games alike. Here the held-out games *are* the task's games and siblings, the worst case."""
+    from evaluators.textworld_env import game_signature
+
+    seed = derive_seed(0, "train", "agent", 0)
+    held = TextWorldTask(SourceSpec("textworld", "coin_collector", {**SPEC.config, "games": 4}), seed)
+    train = TextWorldTask(SPEC, seed)
+    before = train.game_path(0)
+    assert game_signature(before) in held.signatures()
+    train.keep_out(held.signatures())
+    played = [train.game_path(g) for g in range(train.n_games)]
+    assert before not in played and not {game_signature(p) for p in played} & held.signatures()
+    assert set(train.replaced) == {seed, seed + 1}
+    assert train.make_env(0).game_id == f"coin_collector-{train.replaced[seed]}"  # graph keys name the game played
+    items = train.items(8)  # from the sibling games, replaced too
+    assert set(train.replaced) == {seed, seed + 1, seed + 2, seed + 3}
+    sibling_obs = {row["obs"] for g in range(2) for row in train._pool(g)}
+    assert {it.question for it in items} <= sibling_obs
+    train.keep_out(set())
+    assert train.game_path(0) == before and not train.replaced
+
+
 def test_bad_textworld_specs_name_the_key():
     with pytest.raises(SourceSpecError, match="did you mean 'coin_collector'"):
         check_source_spec(SourceSpec("textworld", "coin_colector", {}))
