@@ -135,3 +135,50 @@ def test_a_policy_loaded_for_training_has_no_dropout(tmp_path):
     assert drops and all(p == 0.0 for p in drops)
     scored, _ = load_policy(str(tmp_path / "g"), "cpu", training=False)
     assert any(m.p == 0.1 for m in scored.modules() if isinstance(m, torch.nn.Dropout))
+
+
+def test_token_logprobs_and_entropy_by_hand():
+    """A token's log-probability as its logit less the logsumexp, and the entropy, on hand-computed values:
+    logits (0, ln 3) give p = (1/4, 3/4); log p(token 1) = ln(3/4), H = -(1/4 ln 1/4 + 3/4 ln 3/4)."""
+    import math
+
+    from trainers.rollout import token_entropy, token_logprobs
+
+    logits = torch.tensor([[[0.0, math.log(3.0)], [5.0, 5.0]]], requires_grad=True)  # (N=1, C=2, V=2)
+    lp, h = token_logprobs(logits, torch.tensor([[1, 0]]), with_entropy=True)
+    assert torch.allclose(lp, torch.tensor([[math.log(0.75), math.log(0.5)]]))
+    lp.sum().backward()  # d log p_k / d logit_j = [j = k] - p_j
+    assert torch.allclose(logits.grad, torch.tensor([[[-0.25, 0.25], [0.5, -0.5]]]))
+    want = torch.tensor([[-(0.25 * math.log(0.25) + 0.75 * math.log(0.75)), math.log(2.0)]])
+    assert not h.requires_grad and torch.allclose(h, want)
+    assert torch.allclose(token_entropy(torch.log_softmax(logits, -1) + 7.0), want)  # any shift of the logits
+
+
+def test_completion_logits_at_the_completion_only_match_the_full_forward(tmp_path):
+    """The output layer at the completion's positions only (`logits_to_keep`) gives the log-probabilities and
+    gradients of slicing the full sequence's logits (left-padded prompts of two lengths, a temperature)."""
+    from trainers.rollout import completion_logits, position_ids, token_logprobs
+
+    model, tok = load_policy(str(ensure_tiny(PAIRS, tmp_path, SPEC)), device="cpu")
+    ro = generate(model, tok, ["Calculate 1 + 2.\nAnswer: ", "Calculate 10 + 20 + 30.\nAnswer: "],
+                  group_size=2, max_new_tokens=4)
+    ids, att, L = ro.input_ids, ro.attention_mask, ro.prompt_len
+    assert (att[:, 0] == 0).any()  # a padded prompt is in the batch
+    new = token_logprobs(completion_logits(model, ids, att, L, temperature=0.7), ids[:, L:])[0]
+    g_new = torch.autograd.grad(new.sum(), model.lm_head.weight)[0]
+    full = model(input_ids=ids, attention_mask=att, position_ids=position_ids(att), use_cache=False).logits
+    old = torch.log_softmax(full[:, L - 1 : -1].float() / 0.7, -1).gather(-1, ids[:, L:].unsqueeze(-1)).squeeze(-1)
+    g_old = torch.autograd.grad(old.sum(), model.lm_head.weight)[0]
+    assert torch.allclose(new, old, atol=1e-5) and torch.allclose(g_new, g_old, atol=1e-5)
+
+    class NoKeep(torch.nn.Module):  # a model whose forward has no `logits_to_keep`: the full logits, cut
+        def __init__(self):
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids, attention_mask, position_ids, use_cache):
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                              use_cache=use_cache)
+
+    plain = token_logprobs(completion_logits(NoKeep(), ids, att, L, temperature=0.7), ids[:, L:])[0]
+    assert torch.allclose(plain, old, atol=1e-5)

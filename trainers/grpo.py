@@ -24,7 +24,8 @@ from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine
 from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings, proximal_kl_stats
 from trainers.mixture import Mixture
 from trainers.prompts import format_prompt
-from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs
+from trainers.rollout import (Rollouts, completion_log_dist, completion_logits, completion_logprobs, token_entropy,
+                              token_logprobs)
 from trainers.weights import ema_update, frozen_copy
 
 
@@ -305,10 +306,14 @@ class GRPOTrainer:
             # exactly `minibatches` parts, or one row each where dynamic sampling kept fewer rows than that
             # (until stop 25 the empty parts crashed the step)
             for idx in torch.tensor_split(torch.randperm(N), min(cfg.minibatches, N)):
-                s_dist = completion_log_dist(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len, T)
                 tokens = ro.completion_ids[idx]
-                logp = s_dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (n, C)
-                ent = -(s_dist.exp() * s_dist).sum(-1).detach()
+                if distilling:  # the divergences need the whole distribution
+                    s_dist = completion_log_dist(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len, T)
+                    logp = s_dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (n, C)
+                    ent = token_entropy(s_dist)
+                else:  # no (n, C, V) log-softmax kept for the backward pass (`token_logprobs`)
+                    logits = completion_logits(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len, T)
+                    logp, ent = token_logprobs(logits, tokens, with_entropy=True)  # (n, C) each
                 p_logp = prox[idx] if prox is not None else logp.detach()
                 # μ: recorded under staleness or reuse; else the rollout is fresh and this is the
                 # update's only pass, so μ is the policy right now (not π_prox, which in ewma mode lags)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -106,22 +108,88 @@ def generate(model, tokenizer, prompts: list[str], group_size: int = 1, temperat
     return Rollouts(out, attention_mask, completion_mask, truncated, prompt_len, texts)
 
 
+@functools.cache
+def _keeps_logits(cls: type) -> bool:
+    """Whether a model class's forward takes `logits_to_keep` (transformers' causal LMs do)."""
+    return "logits_to_keep" in inspect.signature(cls.forward).parameters
+
+
+def completion_logits(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
+                      temperature: float = 1.0) -> torch.Tensor:
+    """The logits / T that predict every completion token: (N, C, V), float32. Their softmax is π_T, the
+    distribution `generate` samples at temperature T: the trainers pass the rollout temperature, so the
+    likelihood ratios and the policy gradient are those of the policy that sampled (as TRL does; at T = 1
+    it is π itself).
+
+    The output layer runs at the C positions that predict the completion only (`logits_to_keep`): the
+    prompt's logits, an (N, L, V) tensor, and their gradient are never built (until stop 26 they were, then
+    dropped)."""
+    if _keeps_logits(type(model)):  # the last C + 1 positions (an int: what every model's forward accepts)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                       use_cache=False, logits_to_keep=input_ids.shape[1] - prompt_len + 1).logits[:, :-1, :]
+    else:  # a copy of the completion's part, not a view, which would keep the prompt's logits too
+        logits = model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask),
+                       use_cache=False).logits[:, prompt_len - 1 : -1, :].clone()
+    logits = logits.float()
+    return logits / temperature if temperature != 1.0 else logits
+
+
 def completion_log_dist(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                         prompt_len: int, temperature: float = 1.0) -> torch.Tensor:
-    """log π_T(· | y_<t) over the vocabulary at every completion position: (N, C, V), float32. π_T is
-    the softmax of logits / T, the distribution `generate` samples at temperature T: the trainers pass
-    the rollout temperature, so the likelihood ratios and the policy gradient are those of the policy
-    that sampled (as TRL does; at T = 1 it is π itself)."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                   position_ids=position_ids(attention_mask), use_cache=False).logits  # (N, L+C, V)
-    logits = logits[:, prompt_len - 1 : -1, :].float()  # predicts the completion
-    return torch.log_softmax(logits / temperature if temperature != 1.0 else logits, dim=-1)
+    """log π_T(· | y_<t) over the vocabulary at every completion position: (N, C, V), float32. Only what
+    needs the whole distribution (self-distillation's divergences) calls this; a token's log-probability
+    and the entropy come from the logits (`token_logprobs`, `token_entropy`) without a second (N, C, V)
+    tensor."""
+    return torch.log_softmax(completion_logits(model, input_ids, attention_mask, prompt_len, temperature), dim=-1)
+
+
+class _TokenLogprob(torch.autograd.Function):
+    """One sequence's log softmax(z)[token] at every position of its logits z (C, V), and the entropy there
+    (without gradient). Autograd keeps z alone, not the (C, V) log-softmax: the backward pass recomputes
+    softmax(z), the gradient being g · (onehot(token) − softmax(z))."""
+
+    @staticmethod
+    def forward(ctx, z: torch.Tensor, tok: torch.Tensor, with_entropy: bool):
+        logp = torch.log_softmax(z, dim=-1)
+        lp = logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+        ent = -(logp.exp() * logp).sum(-1) if with_entropy else lp.new_zeros(0)
+        ctx.save_for_backward(z, tok)
+        ctx.mark_non_differentiable(ent)
+        return lp, ent
+
+    @staticmethod
+    def backward(ctx, g: torch.Tensor, _ent_grad):
+        z, tok = ctx.saved_tensors
+        grad = torch.softmax(z, dim=-1).mul_(-g.unsqueeze(-1))
+        grad.scatter_add_(-1, tok.unsqueeze(-1), g.unsqueeze(-1))
+        return grad, None, None
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """log softmax(logits)[token] at every position, (N, C), a sequence at a time; with `with_entropy`, the
+    entropy at every position too (N, C, without gradient). The same values and gradient as gathering from
+    `log_softmax(logits)` over the batch, but autograd keeps no (N, C, V) log-softmax beside the logits, and
+    no temporary is larger than one sequence's (`_TokenLogprob`; `bench/logprobs.py`; until stop 26 every
+    trainer built them)."""
+    rows = [_TokenLogprob.apply(z, tok, with_entropy) for z, tok in zip(logits.unbind(0), tokens.unbind(0))]
+    return torch.stack([lp for lp, _ in rows]), torch.stack([e for _, e in rows]) if with_entropy else None
+
+
+@torch.no_grad()
+def token_entropy(logits: torch.Tensor, rows: int = 1) -> torch.Tensor:
+    """The entropy of softmax(logits) at every position, (N, C), without gradient, `rows` sequences at a time
+    (so the temporary log-softmax is one sequence's, not the batch's)."""
+    out = []
+    for part in logits.split(rows):
+        logp = torch.log_softmax(part, dim=-1)
+        out.append(-(logp.exp() * logp).sum(-1))
+    return torch.cat(out)
 
 
 def completion_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, prompt_len: int,
                         with_entropy: bool = False, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log π_T(y_t | y_<t) for every completion token: (N, C); optionally the entropy per token (N, C)."""
-    logp = completion_log_dist(model, input_ids, attention_mask, prompt_len, temperature)
-    tok_logp = logp.gather(-1, input_ids[:, prompt_len:].unsqueeze(-1)).squeeze(-1)
-    ent = -(logp.exp() * logp).sum(-1) if with_entropy else None
-    return tok_logp, ent
+    """log π_T(y_t | y_<t) for every completion token: (N, C); optionally the entropy per token (N, C),
+    without gradient."""
+    logits = completion_logits(model, input_ids, attention_mask, prompt_len, temperature)
+    return token_logprobs(logits, input_ids[:, prompt_len:], with_entropy)
