@@ -163,12 +163,14 @@ def design_rules(catalog: Catalog, project: ProjectConfig) -> RecipeSpace:
     s_mid = max(MIN_UPDATES, samples / b_mid)
     b.add("steps", "int", f"{trial_how} ({samples:.0f}) at the batch's geometric middle ({b_mid:.0f})",
           max(10, int(0.6 * s_mid)), int(1.4 * s_mid) + 1, algos=algos)
-    b.add("batch_multiplier", "int", "two clocks: start below the critical batch, grow it late in the trial",
-          1, 2, algos=algos)
+    grows = None  # where the batch grows: the switch and α do nothing at a multiplier of 1 (until stop 26 they
+    if b.add("batch_multiplier", "int", "two clocks: start below the critical batch, grow it late in the trial",
+             1, 2, algos=algos) and b.params[-1].high >= 2:  # were searched there all the same)
+        grows = {"batch_multiplier": list(range(2, int(b.params[-1].high) + 1))}
     b.add("batch_switch_at", "float", "fraction of the trial run at the small batch before it grows",
-          0.5, 0.9, algos=algos)
+          0.5, 0.9, when=grows, algos=algos)
     b.add("lr_alpha", "categorical", "lr = lr0·(N/N0)^α when the batch grows: search α rather than assume √; "
-          "α = 1 left out, it would push lr past the ceiling", choices=[0.0, 0.5], algos=algos)
+          "α = 1 left out, it would push lr past the ceiling", choices=[0.0, 0.5], when=grows, algos=algos)
 
     # 2) clipping and reuse
     if reuse:
