@@ -8,11 +8,13 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP)
 
-# torch first, pinned: the CPU build that lies on this disk (a bare `torch` would pull a CUDA build)
-$(STAMP): pyproject.toml
+# torch first, pinned: the CPU build that lies on this disk (a bare `torch` would pull a CUDA build); then
+# every other package at the release in constraints.txt, the environment the recorded figures were measured
+# in (until stop 26 a fresh venv took the newest releases, and bench/proas.py's verdict moved with them)
+$(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,bench,postgres]'
+	$(BIN)/pip install -q -c constraints.txt -e '.[test,bench,postgres]'
 	touch $(STAMP)
 
 # the quickstart (two single-turn domains, 8 trials), then the agent example (TextWorld coin
