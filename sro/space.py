@@ -115,6 +115,13 @@ class Simplex:
         return [math.exp(-float(weights[m])) for m in self.members]
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """SafeDumper that writes a shared object out again wherever it occurs, never as an alias."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
 @dataclass
 class RecipeSpace:
     params: list[Param]
@@ -255,15 +262,18 @@ class RecipeSpace:
             elif p.kind == "categorical":
                 d["choices"] = list(p.choices or [])
             if p.condition:
-                d["when"] = p.condition
+                d["when"] = {k: list(v) for k, v in p.condition.items()}
             d["why"] = p.rationale
             params[p.name] = d
-        simplexes = {s.name: {"members": s.members, "why": s.rationale} for s in self.simplexes}
-        return {"version": self.version, "designer": self.designer, "fixed": self.fixed,
+        simplexes = {s.name: {"members": list(s.members), "why": s.rationale} for s in self.simplexes}
+        return {"version": self.version, "designer": self.designer, "fixed": dict(self.fixed),
                 "params": params, "simplexes": simplexes}
 
     def to_yaml(self) -> str:
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, width=100)
+        """The space as a person edits it: never YAML anchors and aliases (`&id001`, `*id001`), which a
+        condition shared by two parameters used to produce (stop 26), so that the text read back and
+        written again is the same text."""
+        return yaml.dump(self.to_dict(), Dumper=_PlainDumper, sort_keys=False, width=100, allow_unicode=False)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecipeSpace:

@@ -81,6 +81,9 @@ def test_rules_design_differs_for_math_and_agent_and_every_param_has_a_reason():
         recipes = s.sobol(16, seed=0)
         assert {r["batch_multiplier"] for r in recipes} == {1, 2}
         assert all(("batch_switch_at" in r) == ("lr_alpha" in r) == (r["batch_multiplier"] == 2) for r in recipes)
+        # the text a search publishes reads back as the same text (a condition shared by two parameters was
+        # written as a YAML alias, so every single-worker search "adopted the space of another worker")
+        assert s.to_yaml() == RecipeSpace.from_yaml(s.to_yaml()).to_yaml() and "&id" not in s.to_yaml()
 
     meta = {a["name"]: set(a["applies_to"]) for a in math_c.algorithms}
 
