@@ -1,8 +1,10 @@
 """A policy-gradient step's token log-probabilities at a large vocabulary: what every trainer computed until
 stop 26 — logits at every position, the whole vocabulary's log-softmax, the entropy from that distribution —
 against what replaced it: logits at the completion's positions only (`logits_to_keep`), each token's
-log-probability as its logit less the logsumexp and the entropy from the same logsumexp, a sequence at a
-time (`trainers.rollout.completion_logits`, `token_logprobs`), side by side.
+log-probability and the entropy from a log-softmax taken a chunk of sequences at a time by an autograd
+function that keeps only the logits for the backward pass (`trainers.rollout.completion_logits`,
+`token_logprobs`), side by side. The model is one layer with hidden size 64, so the logits are most of the
+step's memory; in a larger model the layers' activations take a share too, and the ratio is closer to 1.
 
 Each path runs what a GRPO minibatch runs — forward pass, each completion token's log-probability, the
 per-token entropy that is logged, a loss and its backward pass — on a Qwen2-architecture model with a
@@ -60,8 +62,8 @@ def full_path(model, ids, att):
 
 
 def selective_path(model, ids, att):
-    """Since stop 26: logits at the completion's positions, the token's logit less the logsumexp, and the entropy
-    from that logsumexp, a sequence at a time."""
+    """Since stop 26: logits at the completion's positions; log-probabilities and entropy from a log-softmax
+    taken a chunk of sequences at a time, only the logits kept for the backward pass."""
     return token_logprobs(completion_logits(model, ids, att, PROMPT), ids[:, PROMPT:], with_entropy=True)
 
 

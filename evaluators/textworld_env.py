@@ -36,11 +36,11 @@ RENDER_VERSION = 3
 cooking games, closed containers' contents hidden; a coin collector's rendering is unchanged), 3 with locked
 containers hidden too."""
 ITEMS_PER_GAME = 48
+"""Single-step items drawn per game for pre-training (random walks along and off the walkthrough)."""
 REPLACE_STRIDE = 1009
 """Seed step from a game that must be replaced (it is a held-out game) to the next one tried."""
 MAX_REPLACE = 32
 """Games tried for one seed before the game space counts as too small to keep training and held-out apart."""
-"""Single-step items drawn per game for pre-training (random walks along and off the walkthrough)."""
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
 
 

@@ -154,6 +154,25 @@ def test_token_logprobs_and_entropy_by_hand():
     assert torch.allclose(token_entropy(torch.log_softmax(logits, -1) + 7.0), want)  # any shift of the logits
 
 
+@pytest.mark.parametrize("chunk", [1, 2 * 3 * 11, 1 << 24])  # a sequence, two sequences, the whole batch a chunk
+def test_token_logprobs_in_chunks_match_the_batch_log_softmax(monkeypatch, chunk):
+    import trainers.rollout as rollout
+
+    monkeypatch.setattr(rollout, "CHUNK_ELEMENTS", chunk)
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(5, 3, 11, generator=g, requires_grad=True)
+    tokens = torch.randint(0, 11, (5, 3), generator=g)
+    lp, h = rollout.token_logprobs(logits * 1.5, tokens, with_entropy=True)
+    (g_new,) = torch.autograd.grad((lp * torch.arange(15.0).view(5, 3)).sum(), logits)
+    ref = torch.log_softmax(logits * 1.5, -1)
+    want = ref.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    (g_old,) = torch.autograd.grad((want * torch.arange(15.0).view(5, 3)).sum(), logits)
+    assert torch.allclose(lp, want, atol=1e-6) and torch.allclose(g_new, g_old, atol=1e-6)
+    assert torch.allclose(h, -(ref.exp() * ref).sum(-1), atol=1e-6)
+    empty, e = rollout.token_logprobs(logits[:0], tokens[:0], with_entropy=True)  # no sequence at all
+    assert empty.shape == e.shape == (0, 3)
+
+
 def test_completion_logits_at_the_completion_only_match_the_full_forward(tmp_path):
     """The output layer at the completion's positions only (`logits_to_keep`) gives the log-probabilities and
     gradients of slicing the full sequence's logits (left-padded prompts of two lengths, a temperature)."""

@@ -144,8 +144,8 @@ def completion_log_dist(model, input_ids: torch.Tensor, attention_mask: torch.Te
 
 
 class _TokenLogprob(torch.autograd.Function):
-    """One sequence's log softmax(z)[token] at every position of its logits z (C, V), and the entropy there
-    (without gradient). Autograd keeps z alone, not the (C, V) log-softmax: the backward pass recomputes
+    """log softmax(z)[token] at every position of logits z (..., V) (a chunk of sequences), and the entropy
+    there (without gradient). Autograd keeps z alone, not the (C, V) log-softmax: the backward pass recomputes
     softmax(z), the gradient being g · (onehot(token) − softmax(z))."""
 
     @staticmethod
@@ -165,15 +165,26 @@ class _TokenLogprob(torch.autograd.Function):
         return grad, None, None
 
 
+CHUNK_ELEMENTS = 1 << 24
+"""`token_logprobs` takes as many sequences at a time as fit in this many logits (64 MB in float32), at least
+one: one long completion at a 150k vocabulary is a chunk of its own, many short ones share a chunk (a Python
+loop over 512 two-token sequences took 8x the time of one pass)."""
+
+
 def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor,
                    with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """log softmax(logits)[token] at every position, (N, C), a sequence at a time; with `with_entropy`, the
-    entropy at every position too (N, C, without gradient). The same values and gradient as gathering from
-    `log_softmax(logits)` over the batch, but autograd keeps no (N, C, V) log-softmax beside the logits, and
-    no temporary is larger than one sequence's (`_TokenLogprob`; `bench/logprobs.py`; until stop 26 every
-    trainer built them)."""
-    rows = [_TokenLogprob.apply(z, tok, with_entropy) for z, tok in zip(logits.unbind(0), tokens.unbind(0))]
-    return torch.stack([lp for lp, _ in rows]), torch.stack([e for _, e in rows]) if with_entropy else None
+    """log softmax(logits)[token] at every position, (N, C), in chunks of sequences (`CHUNK_ELEMENTS`); with
+    `with_entropy`, the entropy at every position too (N, C, without gradient). The same values and gradient
+    as gathering from `log_softmax(logits)` over the batch, but autograd keeps no (N, C, V) log-softmax beside
+    the logits, and no temporary is larger than a chunk's (`_TokenLogprob`; `bench/logprobs.py`; until stop
+    26 every trainer built them)."""
+    N, C, V = logits.shape
+    if N == 0 or C == 0:
+        empty = logits.sum(-1) * 0.0  # (N, C), in the graph: a backward pass through it works
+        return empty, empty.detach() if with_entropy else None
+    k = max(1, CHUNK_ELEMENTS // (C * V))
+    parts = [_TokenLogprob.apply(z, tok, with_entropy) for z, tok in zip(logits.split(k), tokens.split(k))]
+    return torch.cat([lp for lp, _ in parts]), torch.cat([e for _, e in parts]) if with_entropy else None
 
 
 @torch.no_grad()

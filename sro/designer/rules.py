@@ -166,7 +166,9 @@ def design_rules(catalog: Catalog, project: ProjectConfig) -> RecipeSpace:
     grows = None  # where the batch grows: the switch and α do nothing at a multiplier of 1 (until stop 26 they
     if b.add("batch_multiplier", "int", "two clocks: start below the critical batch, grow it late in the trial",
              1, 2, algos=algos) and b.params[-1].high >= 2:  # were searched there all the same)
-        grows = {"batch_multiplier": list(range(2, int(b.params[-1].high) + 1))}
+        # every multiplier the knob declares, not only this range's: a redesign may widen the range
+        top = int((b.knob(algos, "batch_multiplier") or {}).get("high") or b.params[-1].high)
+        grows = {"batch_multiplier": list(range(2, max(top, int(b.params[-1].high)) + 1))}
     b.add("batch_switch_at", "float", "fraction of the trial run at the small batch before it grows",
           0.5, 0.9, when=grows and dict(grows), algos=algos)
     b.add("lr_alpha", "categorical", "lr = lr0·(N/N0)^α when the batch grows: search α rather than assume √; "
