@@ -37,6 +37,11 @@ class Benchmark:
         `make_task`."""
         seed = derive_seed(project_seed, "heldout", domain, name)
         task = make_task(spec, seed, cache_dir)
+        if getattr(task, "multi_turn", False):
+            # a game benchmark plays episodes on its held-out games: one entry per game, no single-step items
+            # (until stop 26 it drew them from sibling games that nothing played, 14 s of set-up for 8 games)
+            n = min(size, getattr(task, "n_games", size))
+            return cls(name, task, [Item(f"{spec.key} game {g}", "", spec.key, {"game": g}) for g in range(n)], metric)
         # a file has only so many rows: more items would repeat them (and weigh those twice)
         return cls(name, task, task.items(min(size, getattr(task, "n_items", size))), metric)
 

@@ -116,6 +116,16 @@ def test_a_training_task_never_plays_nor_pretrains_on_a_held_out_game():
     assert train.game_path(0) == before and not train.replaced
 
 
+def test_a_game_benchmark_is_its_held_out_games_and_builds_no_sibling_games(tmp_path):
+    """One entry per held-out game (its episodes are the benchmark); until stop 26 the benchmark drew
+    single-step items from sibling games that nothing played, generating them at set-up."""
+    from evaluators.benchmark import Benchmark
+
+    b = Benchmark.build("coin", SPEC, 5, project_seed=0, domain="agent", cache_dir=tmp_path)
+    assert len(b.items) == 2 and [it.entry["game"] for it in b.items] == [0, 1]  # `games: 2`
+    assert not list(tmp_path.rglob("*.z8"))  # nothing generated until the games are played
+
+
 def test_bad_textworld_specs_name_the_key():
     with pytest.raises(SourceSpecError, match="did you mean 'coin_collector'"):
         check_source_spec(SourceSpec("textworld", "coin_colector", {}))
