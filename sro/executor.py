@@ -230,10 +230,12 @@ def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Tas
     domain's training streams (the mixture and the tiny model's pre-training draw from every domain;
     until stop 24 only the benchmark's own domain was probed), its `exclude`d (decontaminated)
     questions left out: no stream serves them."""
-    seen = {normalize(t.item(i).question) for ts in tasks.values() for t in ts for i in range(probe)}
-    # a game benchmark plays its held-out games, which no training task plays (`_keep_held_out_games_apart`)
-    return {key: 0.0 if getattr(b.task, "multi_turn", False)
-            else round(len((b.questions() - exclude) & seen) / max(1, len(b.questions())), 3)
+    # a game benchmark plays its held-out games, which no training task plays (`_keep_held_out_games_apart`):
+    # nothing to probe for it (the probe would build the training games' item pools for nothing)
+    texts = {key: b.questions() - exclude for key, b in benchmarks.items() if not getattr(b.task, "multi_turn", False)}
+    seen = ({normalize(t.item(i).question) for ts in tasks.values() for t in ts for i in range(probe)}
+            if texts else set())
+    return {key: round(len(texts[key] & seen) / max(1, len(b.questions())), 3) if key in texts else 0.0
             for key, b in benchmarks.items()}
 
 

@@ -6,7 +6,7 @@ import re
 import pytest
 
 from evaluators.benchmark import Benchmark
-from evaluators.sources import STREAM_SIZE, SourceSpec, derive_seed, make_task, normalize
+from evaluators.sources import STREAM_SIZE, Item, SourceSpec, Task, derive_seed, make_task, normalize
 from trainers.mixture import Mixture
 
 ARITH = SourceSpec("reasoning_gym", "basic_arithmetic",
@@ -131,3 +131,18 @@ def test_held_out_overlap_probes_every_domains_streams():
     assert got == round(len(bench.questions() & served) / len(bench.questions()), 3)
     assert held_out_overlap({"a/b": bench}, {"a": tasks["a"]}, set(), probe=500)["a/b"] == 0.0
     assert held_out_overlap({"a/b": bench}, tasks, bench.questions(), probe=500)["a/b"] == 0.0
+
+
+def test_held_out_overlap_probes_no_stream_for_game_benchmarks_alone():
+    """A game benchmark's overlap is 0 by construction (its games are kept out of training): with no other
+    benchmark the training streams are not probed at all (the probe would build item pools for nothing)."""
+    from sro.executor import held_out_overlap
+
+    class Game(Task):
+        multi_turn = True
+
+        def item(self, idx):
+            raise AssertionError("a training stream was probed")
+
+    game = Benchmark("coin", Game(), [Item("coin game 0", "", "textworld:coin", {"game": 0})])
+    assert held_out_overlap({"agent/coin": game}, {"agent": [Game()]}, set()) == {"agent/coin": 0.0}

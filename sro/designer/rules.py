@@ -167,13 +167,12 @@ def design_rules(catalog: Catalog, project: ProjectConfig) -> RecipeSpace:
     if b.add("batch_multiplier", "int", "two clocks: start below the critical batch, grow it late in the trial",
              1, 2, algos=algos) and b.params[-1].high >= 2:  # were searched there all the same)
         # every multiplier the knob declares, not only this range's: a redesign may widen the range
-        top = int((b.knob(algos, "batch_multiplier") or {}).get("high") or b.params[-1].high)
-        grows = {"batch_multiplier": list(range(2, max(top, int(b.params[-1].high)) + 1))}
+        grows = {"batch_multiplier": list(range(2, int(b.knob(algos, "batch_multiplier")["high"]) + 1))}
     b.add("batch_switch_at", "float", "fraction of the trial run at the small batch before it grows",
-          0.5, 0.9, when=grows and dict(grows), algos=algos)
+          0.5, 0.9, when=dict(grows) if grows else None, algos=algos)
     b.add("lr_alpha", "categorical", "lr = lr0·(N/N0)^α when the batch grows: search α rather than assume √; "
-          "α = 1 left out, it would push lr past the ceiling", choices=[0.0, 0.5], when=grows and dict(grows),
-          algos=algos)
+          "α = 1 left out, it would push lr past the ceiling", choices=[0.0, 0.5],
+          when=dict(grows) if grows else None, algos=algos)
 
     # 2) clipping and reuse
     if reuse:
