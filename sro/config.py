@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 
 from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec
 from sro.budget import Budget, BudgetError
+from sro.start_recipes import is_exported
 
 
 class ConfigError(ValueError):
@@ -198,8 +199,9 @@ class ProjectConfig(_Strict):
     start_recipes: list[dict[str, Any] | str] = Field(
         default_factory=list,
         description="recipes trained first, in order, before the optimizer proposes (your current "
-                    "recipe, a published one): each a mapping of the space's parameters to values, or "
-                    "the path of a recipe YAML written by `sro export`")
+                    "recipe, a published one): each a mapping of the space's parameters to values, the "
+                    "path of a recipe YAML written by `sro export`, or its `recipe:` section ({values: ..., "
+                    "fixed: ...}: the fixed settings fill the parameters this space searches)")
     budget: str = Field("20m", description="default for `sro search`; --budget overrides")
     storage: str | None = Field(None, description="SQLAlchemy URL; default sqlite in runs/<name>/")
     heartbeat_s: int = Field(60, gt=0, description="a running trial records a heartbeat in the storage this "
@@ -394,19 +396,29 @@ def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str,
 
 def _read_start_recipes(project: ProjectConfig, base_dir: Path) -> None:
     """Each `start_recipes` entry as a mapping of settings: a path (relative to the project's folder) is
-    read as a recipe YAML of `sro export` and replaced by its values; every value must be a number, a
-    string or a bool. Whether they are recipes of the search space is checked when the space is known
-    (`sro.start_recipes`)."""
+    read as a recipe YAML of `sro export` and replaced by its `recipe:` section, `{values: ..., fixed:
+    ...}` (the fixed settings of the space it ran in go with it: a new space may search them); every value
+    must be a number, a string or a bool. Whether they are recipes of the search space is checked when the
+    space is known (`sro.start_recipes`)."""
     for i, entry in enumerate(project.start_recipes):
         at = f"start_recipes[{i}]"
         if isinstance(entry, str):
             path = Path(entry) if Path(entry).is_absolute() else base_dir / entry
             doc = read_recipe_file(path, f"{at}: {entry}", f"{EXPORT_HOW}, or give the settings as a mapping")
-            entry = project.start_recipes[i] = dict(doc["recipe"].get("values") or {})
-        for key, v in entry.items():
-            if not isinstance(v, (int, float, str, bool)):
-                raise ConfigError(f"{at}.{key}: {v!r} is not a setting (a number, a string or a bool); "
-                                  "give one value per parameter")
+            entry = project.start_recipes[i] = {"values": dict(doc["recipe"].get("values") or {}),
+                                                "fixed": dict(doc["recipe"].get("fixed") or {})}
+        groups = [("", entry)]
+        if is_exported(entry):
+            extra = sorted(set(entry) - {"values", "fixed"})
+            if extra or not isinstance(entry.get("fixed") or {}, dict):
+                raise ConfigError(f"{at}: a recipe's `values:` and `fixed:` (as `sro export` writes its `recipe:`) "
+                                  f"take no other key and `fixed:` is a mapping (got {extra or entry['fixed']!r})")
+            groups = [("values.", entry["values"]), ("fixed.", entry.get("fixed") or {})]
+        for prefix, settings in groups:
+            for key, v in settings.items():
+                if not isinstance(v, (int, float, str, bool)):
+                    raise ConfigError(f"{at}.{prefix}{key}: {v!r} is not a setting (a number, a string or a bool); "
+                                      "give one value per parameter")
 
 
 def _check_sources(project: ProjectConfig, base_dir: Path) -> None:

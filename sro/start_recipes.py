@@ -5,7 +5,10 @@ They are the search's first evidence, the way Optuna's `enqueue_trial` or SMAC's
 start a study: the optimizer's initial design continues after them, and its model starts from a point
 that is known to be reasonable instead of only from space-filling ones. Each must be a recipe of the
 search space: every parameter active given its parents set, each inside its range, the mixture on the
-simplex. The config has already turned `sro export` files into their values (`sro.config`).
+simplex. The config has already turned `sro export` files into their `recipe:` section, `{values: ...,
+fixed: ...}`: the fixed settings of the space the recipe ran in fill the parameters this space searches
+and the recipe's values leave unset (a setting the old space fixed and this one searches was part of the
+recipe too: until stop 27 such a recipe was refused as lacking it).
 """
 
 from __future__ import annotations
@@ -37,12 +40,24 @@ def start_recipes(entries: Sequence[dict[str, Any]], space: RecipeSpace, where: 
     return out
 
 
-def start_recipe(values: dict[str, Any], space: RecipeSpace, at: str, where: str) -> Recipe:
+def is_exported(entry: Any) -> bool:
+    """Whether a `start_recipes` entry is a recipe in `sro export`'s form, `{values: {...}, fixed: {...}}`,
+    rather than a flat mapping of settings (no setting's value is a mapping)."""
+    return isinstance(entry, dict) and isinstance(entry.get("values"), dict)
+
+
+def start_recipe(entry: dict[str, Any], space: RecipeSpace, at: str, where: str) -> Recipe:
     """One start recipe (`at` names it) as a recipe of `space`: its canonical values plus the space's
-    fixed settings. Raises `StartRecipeError` saying what does not fit and how to fix it."""
-    if not isinstance(values, dict):  # a path: `sro.config.load_project` reads those into values
-        raise StartRecipeError(f"{at}: {values!r} is not a mapping of settings; load the project with "
+    fixed settings. Raises `StartRecipeError` saying what does not fit and how to fix it.
+
+    `entry` is a flat mapping of settings, or an exported recipe (`is_exported`): its `values` are checked
+    as a flat mapping's, and its `fixed` settings fill the parameters of `space` that the values leave
+    unset where they are active; the others are the old space's business (this space fixes them at its own
+    values, or trials do not read them)."""
+    if not isinstance(entry, dict):  # a path: `sro.config.load_project` reads those into values
+        raise StartRecipeError(f"{at}: {entry!r} is not a mapping of settings; load the project with "
                                "sro.config.load_project, which reads recipe files into their values")
+    values, inherited = (entry["values"], entry.get("fixed") or {}) if is_exported(entry) else (entry, {})
     names = [p.name for p in space.params] + [m for s in space.simplexes for m in s.members]
     for key, v in values.items():
         if key in space.fixed:
@@ -54,11 +69,14 @@ def start_recipe(values: dict[str, Any], space: RecipeSpace, at: str, where: str
             fix = f"did you mean {hint[0]!r}?" if hint else f"the space's parameters: {', '.join(names)}"
             raise StartRecipeError(f"{at}: {key!r} is not a parameter of {where}; {fix}")
     own = {k: v for k, v in values.items() if k not in space.fixed}
+    borrowed = {k: v for k, v in inherited.items() if k in names and k not in own}
     try:
-        canonical = space.canonical(own)
+        canonical = space.canonical({**borrowed, **own})
     except SpaceError as e:
-        raise StartRecipeError(f"{at}: {e} in {where}; a start recipe sets every parameter that is active given "
-                               "its parents, inside its range, and mixture weights that sum to 1") from None
+        came = (f" ({', '.join(sorted(borrowed))}: the recipe file's fixed settings, which this space searches)"
+                if borrowed else "")
+        raise StartRecipeError(f"{at}: {e} in {where}{came}; a start recipe sets every parameter that is active "
+                               "given its parents, inside its range, and mixture weights that sum to 1") from None
     dropped = sorted(set(own) - set(canonical))
     if dropped:  # a child whose condition does not hold: say so rather than train something else
         raise StartRecipeError(f"{at}: {', '.join(dropped)} inactive given the recipe's other settings in {where} "

@@ -63,7 +63,7 @@ def test_the_project_reads_recipe_files_into_their_values(micro_project, tmp_pat
     _exported(tmp_path / "recipes" / "ours.yaml", {"lr": 0.002, "steps": 2})
     path = micro_project(extra="start_recipes:\n  - recipes/ours.yaml\n  - {lr: 0.001, steps: 3}\n")
     p = load_project(path)
-    assert p.start_recipes == [{"lr": 0.002, "steps": 2}, {"lr": 0.001, "steps": 3}]
+    assert p.start_recipes == [{"values": {"lr": 0.002, "steps": 2}, "fixed": {"x": 1}}, {"lr": 0.001, "steps": 3}]
     assert p.portable_dump()["start_recipes"] == p.start_recipes  # what the study and `sro export` keep
 
 
@@ -71,6 +71,9 @@ def test_the_project_reads_recipe_files_into_their_values(micro_project, tmp_pat
     ("missing.yaml", "start_recipes[0]: missing.yaml: no such file; write one with `sro export"),
     ("plain.yaml", "start_recipes[0]: plain.yaml: not a recipe file (it needs `project:` and `recipe:`)"),
     ("{lr: [1, 2]}", "start_recipes[0].lr: [1, 2] is not a setting"),
+    ("{values: {lr: 0.1}, fixed: {beta: [0]}}", "start_recipes[0].fixed.beta: [0] is not a setting"),
+    ("{values: {lr: 0.1}, fixed: 3}", "`fixed:` is a mapping (got 3)"),
+    ("{values: {lr: 0.1}, scores: {a: 1}}", "take no other key and `fixed:` is a mapping (got ['scores'])"),
 ])
 def test_a_bad_start_recipe_entry_is_a_config_error(micro_project, tmp_path, entry, needle):
     (tmp_path / "plain.yaml").write_text("name: not-a-recipe\n")
@@ -78,3 +81,33 @@ def test_a_bad_start_recipe_entry_is_a_config_error(micro_project, tmp_path, ent
     with pytest.raises(ConfigError) as e:
         load_project(path)
     assert str(e.value).startswith(str(path)) and needle in str(e.value)
+
+
+def test_an_exported_recipe_takes_the_settings_its_space_fixed_where_this_space_searches_them():
+    # exported from a space that fixed the algorithm (the default space fixes grpo) and ProAS's lambda
+    exported = {"values": {k: v for k, v in GOOD.items() if k not in ("algorithm", "proas.lambda")},
+                "fixed": {"algorithm": "grpo", "proas.lambda": 0.3, "max_new_tokens": 16, "beta": 0.0}}
+    (r,) = start_recipes([exported], SPACE, "space v1")
+    # algorithm comes from the file; proas.lambda is inactive for grpo; this space fixes max_new_tokens
+    # at its own value; beta is no setting of this space's trials
+    assert r.values == {**exported["values"], "algorithm": "grpo", "steps": 50}
+    assert r.fixed == {"max_new_tokens": 8}
+    proas = start_recipe({**exported, "fixed": {**exported["fixed"], "algorithm": "proas"}}, SPACE, "x", "v1")
+    assert proas.values["algorithm"] == "proas" and proas.values["proas.lambda"] == 0.3
+    # the file's values win over its fixed settings; a flat mapping borrows nothing
+    assert start_recipe({"values": {**exported["values"], "algorithm": "proas", "proas.lambda": 0.9},
+                         "fixed": exported["fixed"]}, SPACE, "x", "v1").values["proas.lambda"] == 0.9
+    with pytest.raises(StartRecipeError, match="lacks 'algorithm'"):
+        start_recipe(exported["values"], SPACE, "x", "v1")
+    # a fixed setting this space's range excludes: refused, naming where it came from
+    with pytest.raises(StartRecipeError, match=r"lr=0\.1 is outside .*\(lr: the recipe file's fixed settings"):
+        start_recipe({"values": {k: v for k, v in GOOD.items() if k != "lr"}, "fixed": {"lr": 0.1}}, SPACE, "x", "v1")
+
+
+def test_a_recipe_file_of_another_space_starts_a_study_in_this_one(micro_project, tmp_path):
+    _exported(tmp_path / "ours.yaml", {k: v for k, v in GOOD.items() if k != "algorithm"})
+    text = (tmp_path / "ours.yaml").read_text().replace("x: 1", "algorithm: proas")
+    (tmp_path / "ours.yaml").write_text(text)
+    p = load_project(micro_project(extra="start_recipes:\n  - ours.yaml\n"))
+    (r,) = start_recipes(p.start_recipes, SPACE, "space v1")
+    assert r.values == {**GOOD, "steps": 50}
