@@ -31,7 +31,7 @@ demo-agent: setup
 
 # pyflakes and syntax errors (the rules in pyproject.toml), in seconds, before the suite
 lint: setup
-	$(BIN)/ruff check sro trainers evaluators tests bench
+	$(BIN)/ruff check sro trainers evaluators tests bench search_spaces
 
 test: lint
 	$(BIN)/python -m pytest -q

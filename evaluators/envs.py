@@ -5,13 +5,17 @@ command strings and whose observations are text. What credit assignment needs be
 the admissible commands, a state key, whether the last command was admissible, the reference
 solution, the score — travels in `info` (`StepInfo`), as gymnasium intends for side information.
 
-An adapter registers a factory `(game_path_or_id, EnvSettings) -> TextEnv` in `ENVIRONMENTS`.
+An adapter registers a factory `(seed, EnvSettings, **settings) -> TextEnv` in `ENVIRONMENTS`: the game of
+`seed` (a procedurally generated one, or the seed-th of a fixed list) with the source's own settings.
+A project then plays it as an `env:` source (`evaluators.adapters`, README "Your own environment").
+TextWorld has its own source kind, `textworld:` (`evaluators.textworld_env`).
 """
 
 from __future__ import annotations
 
 import logging
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +23,7 @@ import gymnasium as gym
 from gymnasium import spaces
 
 from evaluators.registry import Registry
+from evaluators.sources import extract_answer
 
 ENVIRONMENTS: Registry = Registry("environment")
 _log = logging.getLogger(__name__)
@@ -92,3 +97,61 @@ def close_quietly(env: Any) -> None:
         env.close()
     except Exception as e:
         _log.warning("closing an environment failed: %s: %s", type(e).__name__, e)
+
+
+def resolve_action(text: str, admissible: list[str]) -> str:
+    """The command a completion names: its first line, or the k-th choice when it is a number k."""
+    cmd = normalize_command(extract_answer(text))
+    if cmd.isdecimal() and cmd.isascii() and 1 <= int(cmd) <= len(admissible):  # not "²": isdigit, no int
+        return admissible[int(cmd) - 1]
+    return cmd
+
+
+@dataclass
+class EpisodeResult:
+    """What one played episode measured."""
+
+    success: bool
+    score: float
+    """Final score / max score."""
+    steps: int
+    invalid: int
+    """Steps whose command was not admissible."""
+    reason: str
+    """won | lost | step limit | env error: ..."""
+
+
+def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
+    """success, score, steps and invalid-action rate over episodes."""
+    n = max(1, len(results))
+    steps = sum(r.steps for r in results)
+    return {"success": sum(r.success for r in results) / n, "score": sum(r.score for r in results) / n,
+            "steps": steps / n, "invalid_rate": sum(r.invalid for r in results) / max(1, steps)}
+
+
+def play(env: TextEnv, act: Callable[[str, StepInfo], str]) -> EpisodeResult:
+    """Play one episode with `act(obs, info) -> command`. An exception of the environment (at reset or
+    at a step) ends the episode as a failure, the exception in its `reason`; one raised by `act` (the
+    policy) is the caller's and propagates."""
+    invalid = steps = 0
+    try:
+        try:
+            obs, info = env.reset()
+        except Exception as e:  # any crash of the game engine: a failed episode, never a failed trial
+            return EpisodeResult(False, 0.0, 0, 0, f"env error at reset: {type(e).__name__}: {e}")
+        st: StepInfo = info["step"]
+        while True:
+            command = act(obs, st)
+            steps += 1
+            try:
+                obs, _, term, trunc, info = env.step(command)
+            except Exception as e:
+                return EpisodeResult(False, st.score / max(st.max_score, 1e-9), steps, invalid,
+                                     f"env error: {type(e).__name__}: {e}")
+            st = info["step"]
+            invalid += not st.valid
+            if term or trunc:
+                reason = "won" if st.won else "lost" if st.lost else "step limit"
+                return EpisodeResult(st.won, st.score / max(st.max_score, 1e-9), steps, invalid, reason)
+    finally:
+        close_quietly(env)

@@ -19,6 +19,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+MULTI_TURN_KINDS = frozenset({"textworld", "env"})
+"""Source kinds whose items are games played over several turns (`evaluators.games.GameTask`)."""
 STREAM_SIZE = 1_000_000  # items addressable per source; seeds are spaced further apart than this
 _TRAIN_SEED_BASE = 0
 _HELDOUT_SEED_BASE = 1_000_000_000  # every held-out seed lies above every training seed
@@ -34,7 +36,7 @@ class SourceSpecError(ValueError):
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """What a source is: its kind (`reasoning_gym`, `jsonl`, `textworld`), target and config."""
+    """What a source is: its kind (`reasoning_gym`, `jsonl`, `textworld`, `env`), target and config."""
 
     kind: str
     target: str
@@ -184,9 +186,13 @@ def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Tas
         from evaluators.textworld_env import TextWorldTask  # lazy: textworld is heavy to import
 
         return TextWorldTask(spec, seed, Path(cache_dir) / "textworld" if cache_dir is not None else None)
+    if spec.kind == "env":
+        from evaluators.adapters import EnvTask
+
+        return EnvTask(spec, seed)
     raise SourceSpecError(
-        f"{spec.kind} sources are not available in this version; use reasoning_gym or jsonl", spec.kind
-    )
+        f"{spec.kind} sources are not available in this version; use reasoning_gym, jsonl, textworld or env",
+        spec.kind)
 
 
 class _RGCatalog:
@@ -257,5 +263,9 @@ def check_source_spec(spec: SourceSpec) -> None:
         from evaluators.textworld_env import check_textworld
 
         check_textworld(spec)
+    elif spec.kind == "env":
+        from evaluators.adapters import check_env_source
+
+        check_env_source(spec)
     else:
         make_task(spec, seed=0)

@@ -17,30 +17,22 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import random
 import re
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from evaluators.calibration import confidence_question, parse_confidence
-from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, close_quietly, normalize_command
-from evaluators.files import write_whole
+from evaluators.envs import EnvSettings, StepInfo, TextEnv, resolve_action
+from evaluators.games import (ITEMS_PER_GAME, PLAY_KEYS, GameGenerationError, GameTask, first_screen_signature,
+                              number_setting)
 from evaluators.registry import Registry
-from evaluators.sources import Item, SourceSpec, SourceSpecError, Task, extract_answer
+from evaluators.sources import SourceSpec, SourceSpecError
 
 GAME_VERSION = 1  # bump when generation or the item pool changes, so caches rebuild
 RENDER_VERSION = 3
 """Of the compact rendering, in the item pools' file names: 2 since stop 25 (a goal for treasure hunters and
 cooking games, closed containers' contents hidden; a coin collector's rendering is unchanged), 3 with locked
 containers hidden too."""
-ITEMS_PER_GAME = 48
-"""Single-step items drawn per game for pre-training (random walks along and off the walkthrough)."""
-REPLACE_STRIDE = 1009
-"""Seed step from a game that must be replaced (it is a held-out game) to the next one tried."""
-MAX_REPLACE = 32
-"""Games tried for one seed before the game space counts as too small to keep training and held-out apart."""
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
 
 
@@ -66,17 +58,6 @@ FAMILIES.add("treasure_hunter", Family("tw-treasure_hunter", {"level": 1},
 FAMILIES.add("cooking", Family("tw-cooking", {"recipe": 1, "take": 1, "go": 1, "open": False, "cook": False,
                                               "cut": False, "drop": False, "recipe_seed": 0, "split": "train"},
                                "gather and prepare a recipe's ingredients (First TextWorld Problems)"))
-
-# keys of a source's `config` that are SRO's, not the generator's
-PLAY_KEYS = {"games": 8, "max_steps": 12, "obs_mode": "compact", "teacher_noise": 0.3, "confidence": False}
-CONFIDENCE_EVERY = 4
-"""With `confidence: true`, every 4th item asks for the stated chance of success (a random digit: the
-base model learns the format, not the calibration)."""
-
-
-class GameGenerationError(RuntimeError):
-    """textworld could not build a game for these settings."""
-
 
 def game_settings(family: str, config: dict[str, Any]) -> dict[str, Any]:
     """The generator settings of a source config (its non-SRO keys over the family's defaults)."""
@@ -193,19 +174,12 @@ _SIGNATURES: dict[str, str] = {}
 
 
 def game_signature(path: str | Path) -> str:
-    """What a policy can learn about a game before it plays it: the compact first observation (room, way
-    back, objects, goal, choices) and the walkthrough, hashed. Two games with one signature are solved by
-    the same commands from the same first screen — the same task to a policy even where a later room's name
+    """The `first_screen_signature` of a game file: its compact first observation (room, way back, objects,
+    goal, choices) and walkthrough, hashed — the same task to a policy even where a later room's name
     differs. Memoized per process (one reset of the game's logic engine, a few ms)."""
     key = str(path)
     if key not in _SIGNATURES:
-        env = TextWorldEnv(path, EnvSettings(max_steps=1, obs_mode="compact"))
-        try:
-            obs, info = env.reset()
-        finally:
-            close_quietly(env)
-        blob = json.dumps([obs, info["step"].walkthrough])
-        _SIGNATURES[key] = hashlib.sha256(blob.encode()).hexdigest()[:16]
+        _SIGNATURES[key] = first_screen_signature(TextWorldEnv(path, EnvSettings(max_steps=1, obs_mode="compact")))
     return _SIGNATURES[key]
 
 
@@ -303,157 +277,37 @@ class TextWorldEnv(TextEnv):
             self._env = None
 
 
-ENVIRONMENTS.add("textworld", TextWorldEnv)
+class TextWorldTask(GameTask):
+    """A set of TextWorld games from one family, level and seed range (`GameTask`), generated once and
+    cached with their walks beside them.
 
-
-def resolve_action(text: str, admissible: list[str]) -> str:
-    """The command a completion names: its first line, or the k-th choice when it is a number k."""
-    cmd = normalize_command(extract_answer(text))
-    if cmd.isdecimal() and cmd.isascii() and 1 <= int(cmd) <= len(admissible):  # not "²": isdigit, no int
-        return admissible[int(cmd) - 1]
-    return cmd
-
-
-class TextWorldTask(Task):
-    """A set of TextWorld games from one family, level and seed range.
-
-    Source config: the family's generator settings (`level`, ...) plus `games` (how many distinct
-    games; default 8), `max_steps` (the episode step limit), `obs_mode` (compact | full) and
-    `teacher_noise` (share of pre-training items whose answer is a random admissible command
-    instead of the walkthrough's).
+    Source config: the family's generator settings (`level`, ...) plus `PLAY_KEYS` (`games`, `max_steps`,
+    `obs_mode`, `teacher_noise`, `confidence`).
     """
 
-    multi_turn = True
-
     def __init__(self, spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> None:
-        self.spec = spec
-        self.seed = seed
+        super().__init__(spec, seed)
         self.settings = game_settings(spec.target, spec.config)
-        play = {**PLAY_KEYS, **{k: v for k, v in spec.config.items() if k in PLAY_KEYS}}
-        self.n_games = _number(play, "games", int, 1)
-        max_steps = _number(play, "max_steps", int, 1)
-        try:
-            self.env_settings = EnvSettings(max_steps, str(play["obs_mode"]))
-        except ValueError as e:
-            raise SourceSpecError(str(e), "config") from None
-        self.teacher_noise = _number(play, "teacher_noise", float, 0.0, 1.0)
-        self.confidence = bool(play["confidence"])
         self.cache_dir = cache_dir
-        self.exclude: frozenset[str] = frozenset()
-        """Signatures of games this task never plays nor pre-trains on: the held-out games (`keep_out`)."""
-        self.replaced: dict[int, int] = {}
-        """Seed -> the seed played instead, for games replaced because a held-out game has their signature."""
-        self._paths: dict[int, Path] = {}
-        self._pools: dict[int, list[dict[str, Any]]] = {}
 
-    def keep_out(self, signatures: set[str] | frozenset[str]) -> None:
-        """Never play, nor draw pre-training items from, a game with one of these signatures (the held-out
-        games': `signatures`); such a game is replaced by the first of seed + k·REPLACE_STRIDE that is not."""
-        self.exclude = frozenset(signatures)
-        self.replaced = {}
-        self._paths.clear()
-        self._pools.clear()
+    def _path(self, seed: int) -> Path:
+        return ensure_game(self.spec.target, self.settings, seed, self.cache_dir)
 
-    def signatures(self) -> set[str]:
-        """The `game_signature` of each of this task's games (generating any not yet generated)."""
-        return {game_signature(self.game_path(g)) for g in range(self.n_games)}
+    def open_game(self, seed: int) -> TextWorldEnv:
+        return TextWorldEnv(self._path(seed), self.env_settings, game_id=f"{self.spec.target}-{seed}")
 
-    def _game(self, seed: int) -> tuple[int, Path]:
-        """(seed, path) of the game for `seed`, or of its replacement where that game is excluded."""
-        for k in range(MAX_REPLACE):
-            path = ensure_game(self.spec.target, self.settings, seed + k * REPLACE_STRIDE, self.cache_dir)
-            if not self.exclude or game_signature(path) not in self.exclude:
-                if k:
-                    self.replaced[seed] = seed + k * REPLACE_STRIDE
-                return seed + k * REPLACE_STRIDE, path
-        raise GameGenerationError(
-            f"textworld {self.spec.target} {self.settings}: the {MAX_REPLACE} games tried for seed {seed} are all "
-            f"held-out games; the game space of these settings is too small to keep training and held-out games "
-            f"apart: raise the level, or give the benchmark fewer games")
+    def signature(self, seed: int) -> str:
+        return game_signature(self._path(seed))
+
+    def pool_file(self, seed: int) -> Path:
+        # keyed on the step limit too: the walks restart where it truncates them (until stop 25 a config with
+        # another `max_steps` reused the first one's pool)
+        return self._path(seed).with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}"
+                                            f"-s{self.env_settings.max_steps}-r{RENDER_VERSION}.json")
 
     def game_path(self, g: int) -> Path:
         """The g-th game of this source (generated on first use, then cached)."""
-        g %= self.n_games
-        if g not in self._paths:
-            self._paths[g] = self._game(self.seed + g)[1]
-        return self._paths[g]
-
-    def make_env(self, g: int) -> TextWorldEnv:
-        g %= self.n_games
-        path = self.game_path(g)
-        return TextWorldEnv(path, self.env_settings,
-                            game_id=f"{self.spec.target}-{self.replaced.get(self.seed + g, self.seed + g)}")
-
-    def _pool(self, g: int) -> list[dict[str, Any]]:
-        """Single-step items from random walks in the g-th *sibling* game (seed seed + games + g: the
-        same settings, not a game episodes are played on — a base model pre-trained on the played
-        games' own walkthroughs wins them all, and RL then gets no gradient). Cached beside the game."""
-        if g in self._pools:
-            return self._pools[g]
-        sibling, game = self._game(self.seed + self.n_games + g)
-        # keyed on the step limit too: the walks restart where it truncates them (until stop 25 a config with
-        # another `max_steps` reused the first one's pool)
-        path = game.with_suffix(f".items{ITEMS_PER_GAME}-{self.env_settings.obs_mode}"
-                                f"-s{self.env_settings.max_steps}-r{RENDER_VERSION}.json")
-        try:
-            self._pools[g] = json.loads(path.read_text())
-            return self._pools[g]
-        except (OSError, ValueError):  # not built yet, or a partial file: build it (again)
-            pass
-        rng = random.Random(f"items-{sibling}")
-        env = TextWorldEnv(game, self.env_settings, game_id=f"{self.spec.target}-{sibling}")
-        pool = []
-        try:
-            for _ in range(ITEMS_PER_GAME):
-                obs, info = env.reset()
-                st: StepInfo = info["step"]
-                for _ in range(rng.randint(0, max(0, len(st.walkthrough) - 1))):
-                    cmd = st.walkthrough[0] if rng.random() < 0.7 or not st.admissible else rng.choice(st.admissible)
-                    obs, _, term, trunc, info = env.step(cmd)
-                    st = info["step"]
-                    if term or trunc:
-                        obs, info = env.reset()
-                        st = info["step"]
-                if st.walkthrough:
-                    pool.append({"obs": obs, "best": st.walkthrough[0], "admissible": st.admissible})
-        finally:
-            env.close()
-        write_whole(path, json.dumps(pool))  # a kill never leaves half a pool
-        self._pools[g] = pool
-        return pool
-
-    def item(self, idx: int) -> Item:
-        g = idx % self.n_games
-        pool = self._pool(g)
-        row = pool[(idx // self.n_games) % len(pool)]
-        rng = random.Random(f"noise-{self.seed}-{idx}")
-        answer = rng.choice(row["admissible"]) if rng.random() < self.teacher_noise else row["best"]
-        if self.confidence and idx % CONFIDENCE_EVERY == CONFIDENCE_EVERY - 1:
-            digit = str(rng.randrange(10))  # the format, not the calibration: any digit, any step
-            q = confidence_question(row["obs"], answer, rng.randint(1, self.env_settings.max_steps),
-                                    self.env_settings.max_steps)
-            return Item(q, digit, self.spec.key,
-                        {"game": g, "best": None, "admissible": row["admissible"]})
-        return Item(row["obs"], answer, self.spec.key, {"game": g, "best": row["best"], "admissible": row["admissible"]})
-
-    def score(self, item: Item, completion: str) -> float:
-        """Single-step verifier: 1.0 when the completion names the walkthrough's next command (for a
-        confidence item: when it states a digit — its calibration is graded only against episodes)."""
-        if item.entry["best"] is None:
-            return float(parse_confidence(completion) is not None)
-        return float(resolve_action(completion, item.entry["admissible"]) == item.entry["best"])
-
-
-def _number(values: dict[str, Any], key: str, kind: type, low: float, high: float | None = None) -> Any:
-    """`values[key]` as an int or float inside [low, high], or a `SourceSpecError` naming `config.<key>`."""
-    v = values[key]
-    ok = (not isinstance(v, bool) and isinstance(v, (int, float)) and v == v
-          and (kind is float or float(v).is_integer()))  # v == v: not NaN
-    if not ok or v < low or (high is not None and v > high):
-        where = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
-        raise SourceSpecError(f"{key} must be {'an integer' if kind is int else 'a number'} {where} (got {v!r})",
-                              f"config.{key}")
-    return kind(v)
+        return self._path(self.played_seed(g))
 
 
 SETTINGS_RULES: dict[str, dict[str, Any]] = {
@@ -480,7 +334,7 @@ def check_textworld(spec: SourceSpec) -> None:
     for key, rule in SETTINGS_RULES.get(spec.target, {}).items():
         v = settings[key]
         if isinstance(rule, tuple):
-            _number(settings, key, int, *rule)
+            number_setting(settings, key, int, *rule)
         elif rule is bool and not isinstance(v, bool):
             raise SourceSpecError(f"{key} must be true or false (got {v!r})", f"config.{key}")
         elif isinstance(rule, set) and (isinstance(v, bool) or v not in rule):
@@ -490,53 +344,3 @@ def check_textworld(spec: SourceSpec) -> None:
         raise SourceSpecError("recipe_seed > 0 (a shuffled recipe) needs the take skill: set take >= 1",
                               "config.recipe_seed")
     TextWorldTask(spec, seed=0)
-
-
-@dataclass
-class EpisodeResult:
-    """What one played episode measured."""
-
-    success: bool
-    score: float
-    """Final score / max score."""
-    steps: int
-    invalid: int
-    """Steps whose command was not admissible."""
-    reason: str
-    """won | lost | step limit | env error: ..."""
-
-
-def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
-    """success, score, steps and invalid-action rate over episodes."""
-    n = max(1, len(results))
-    steps = sum(r.steps for r in results)
-    return {"success": sum(r.success for r in results) / n, "score": sum(r.score for r in results) / n,
-            "steps": steps / n, "invalid_rate": sum(r.invalid for r in results) / max(1, steps)}
-
-
-def play(env: TextEnv, act: Callable[[str, StepInfo], str]) -> EpisodeResult:
-    """Play one episode with `act(obs, info) -> command`. An exception of the environment (at reset or
-    at a step) ends the episode as a failure, the exception in its `reason`; one raised by `act` (the
-    policy) is the caller's and propagates."""
-    invalid = steps = 0
-    try:
-        try:
-            obs, info = env.reset()
-        except Exception as e:  # any crash of the game engine: a failed episode, never a failed trial
-            return EpisodeResult(False, 0.0, 0, 0, f"env error at reset: {type(e).__name__}: {e}")
-        st: StepInfo = info["step"]
-        while True:
-            command = act(obs, st)
-            steps += 1
-            try:
-                obs, _, term, trunc, info = env.step(command)
-            except Exception as e:
-                return EpisodeResult(False, st.score / max(st.max_score, 1e-9), steps, invalid,
-                                     f"env error: {type(e).__name__}: {e}")
-            st = info["step"]
-            invalid += not st.valid
-            if term or trunc:
-                reason = "won" if st.won else "lost" if st.lost else "step limit"
-                return EpisodeResult(st.won, st.score / max(st.max_score, 1e-9), steps, invalid, reason)
-    finally:
-        close_quietly(env)

@@ -32,7 +32,7 @@ def _user_errors():
     from sro.config import ConfigError
     from sro.space import SpaceError
     from evaluators.registry import UnknownNameError
-    from evaluators.textworld_env import GameGenerationError
+    from evaluators.games import GameGenerationError
     from trainers.models import ModelLoadError
 
     return (ConfigError, BudgetError, SpaceError, UnknownNameError, ModelLoadError, FileNotFoundError,

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
-from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec
+from evaluators.sources import MULTI_TURN_KINDS, SourceSpec, SourceSpecError, check_source_spec
 from sro.budget import Budget, BudgetError
 from sro.start_recipes import is_exported
 
@@ -36,28 +36,33 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+SOURCE_KINDS = ("reasoning_gym", "jsonl", "textworld", "env")
+"""A source entry's kind keys (`evaluators.sources.make_task`); textworld and env are multi-turn."""
+
+
 class SourceConfig(_Strict):
-    """One training data source: exactly one of `reasoning_gym`, `jsonl` or `textworld`."""
+    """One training data source: exactly one of `reasoning_gym`, `jsonl`, `textworld` or `env`."""
 
     reasoning_gym: str | None = Field(None, description="reasoning-gym generator name")
     jsonl: str | None = Field(None, description="local JSONL file with `question` and `answer` fields")
     textworld: str | None = Field(None, description="TextWorld game family (coin_collector, ...)")
+    env: str | None = Field(None, description="a multi-turn environment an adapter registered (`plugins:`)")
     config: dict[str, Any] = Field(default_factory=dict, description="generator configuration")
 
     @model_validator(mode="after")
     def _one_kind(self) -> SourceConfig:
-        kinds = [k for k in ("reasoning_gym", "jsonl", "textworld") if getattr(self, k) is not None]
+        kinds = [k for k in SOURCE_KINDS if getattr(self, k) is not None]
         if len(kinds) != 1:
             got = ", ".join(kinds) or "none"
             raise ValueError(
-                f"a source needs exactly one of reasoning_gym, jsonl, textworld (got {got}); "
+                f"a source needs exactly one of {', '.join(SOURCE_KINDS)} (got {got}); "
                 "write e.g. `- reasoning_gym: basic_arithmetic`"
             )
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("reasoning_gym", "jsonl", "textworld") if getattr(self, k) is not None)
+        return next(k for k in SOURCE_KINDS if getattr(self, k) is not None)
 
     @property
     def target(self) -> str:
@@ -102,14 +107,14 @@ class BenchmarkConfig(SourceConfig):
 
     @model_validator(mode="after")
     def _metric_fits_kind(self) -> BenchmarkConfig:
-        allowed = tuple(EPISODE_METRICS) if self.kind == "textworld" else ("accuracy",)
+        allowed = tuple(EPISODE_METRICS) if self.kind in MULTI_TURN_KINDS else ("accuracy",)
         if self.metric is None:
             self.metric = allowed[0]
         elif self.metric not in allowed:
             raise ValueError(f"metric {self.metric!r} does not apply to a {self.kind} benchmark; "
                              f"use {', '.join(allowed)} (or leave it out: {allowed[0]})")
-        if self.kind == "textworld":
-            from evaluators.textworld_env import PLAY_KEYS
+        if self.kind in MULTI_TURN_KINDS:
+            from evaluators.games import PLAY_KEYS
 
             games = self.config.get("games", PLAY_KEYS["games"])
             if self.size is None:  # filled in, so a dumped project (`portable_dump`) reads back the same
@@ -124,7 +129,7 @@ class BenchmarkConfig(SourceConfig):
     @property
     def better(self) -> str:
         """"max" or "min": which way this benchmark's metric improves (min for ece and brier)."""
-        return EPISODE_METRICS[self.metric][1] if self.kind == "textworld" else "max"
+        return EPISODE_METRICS[self.metric][1] if self.kind in MULTI_TURN_KINDS else "max"
 
 
 class DomainConfig(_Strict):
@@ -196,6 +201,11 @@ class ProjectConfig(_Strict):
         description="worst acceptable value of some objectives (cost in wall seconds); the BoTorch "
                     "optimizer and the hypervolume history count only what is better; unnamed "
                     "objectives get one inferred from the trials")
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="Python modules imported before the sources are read, to register environments (`env:` "
+                    "sources), algorithms, designers ...: a module name on the Python path, or a .py file "
+                    "(relative to the project's folder)")
     start_recipes: list[dict[str, Any] | str] = Field(
         default_factory=list,
         description="recipes trained first, in order, before the optimizer proposes (your current "
@@ -273,11 +283,13 @@ class ProjectConfig(_Strict):
                 what = "the cost" if key == "cost" else f"{key}'s metric"
                 raise ValueError(f"objectives[{i}]: {key}: {obj[key]}, but {what} improves towards "
                                  f"{'lower' if better == 'min' else 'higher'} values; write `{key}: {better}`")
-        turns = {d: {x.kind == "textworld" for x in [*dom.sources, *dom.benchmarks]} for d, dom in self.domains.items()}
+        turns = {d: {x.kind in MULTI_TURN_KINDS for x in [*dom.sources, *dom.benchmarks]}
+                 for d, dom in self.domains.items()}
         if any(len(k) > 1 for k in turns.values()) or len(set().union(*turns.values())) > 1:
             agent = sorted(d for d, k in turns.items() if True in k)
-            raise ValueError(f"domains {', '.join(agent)} have textworld sources or benchmarks and the others are "
-                             "single-turn items; a project cannot yet mix the two: put them in separate projects")
+            raise ValueError(f"domains {', '.join(agent)} have multi-turn (textworld, env) sources or benchmarks and "
+                             "the others are single-turn items; a project cannot yet mix the two: put them in "
+                             "separate projects")
         names = [k for k, _ in self.objective_directions()]
         for key in self.reference_point:
             if key not in names:
@@ -463,7 +475,13 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise ConfigError(f"{where}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
     base_dir = Path(base_dir)
+    from sro.plugins import PluginError, load_plugins
     from trainers.models import looks_like_path, missing_local_folder
+
+    try:
+        project.plugins = load_plugins(project.plugins, base_dir)
+    except PluginError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
     if looks_like_path(project.base_model):  # relative to the project's folder, as jsonl: paths are
         given = project.base_model

@@ -198,11 +198,11 @@ def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
     msg = _err(micro_project, lambda d: d["domains"].update(agent={
         "sources": [{"textworld": "coin_collector"}],
         "benchmarks": [{"name": "coins", "textworld": "coin_collector", "size": 2}]}))
-    assert "domains agent have textworld sources or benchmarks" in msg and "separate projects" in msg
+    assert "domains agent have multi-turn (textworld, env) sources or benchmarks" in msg and "separate projects" in msg
     # a textworld benchmark in a single-turn domain too (it used to pass, and fail mid-search)
     msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"].append(
         {"name": "coins", "textworld": "coin_collector", "size": 2}))
-    assert "domains arithmetic have textworld sources or benchmarks" in msg
+    assert "domains arithmetic have multi-turn (textworld, env) sources or benchmarks" in msg
 
 
 def test_storage_must_be_a_url(micro_project):

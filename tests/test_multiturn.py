@@ -14,7 +14,7 @@ import torch
 from evaluators.calibration import confidence_question
 from evaluators.envs import EnvSettings, StepInfo, TextEnv
 from evaluators.sources import SourceSpec
-from evaluators.textworld_env import EpisodeResult, play
+from evaluators.envs import EpisodeResult, play
 from trainers.grpo import GRPOConfig
 from trainers.models import load_policy
 from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,

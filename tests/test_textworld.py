@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.envs import ENVIRONMENTS, EnvSettings
+from evaluators.envs import EnvSettings, EpisodeResult, episode_metrics, play, resolve_action
 from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec, derive_seed, make_task
-from evaluators.textworld_env import EpisodeResult, TextWorldTask, episode_metrics, play, resolve_action
+from evaluators.textworld_env import TextWorldEnv, TextWorldTask
 
 ROOT = Path(__file__).resolve().parents[1]
 SPEC = SourceSpec("textworld", "coin_collector", {"level": 2, "games": 2, "max_steps": 6})
@@ -64,7 +64,7 @@ def test_env_crash_ends_episode_as_logged_failure(task):
 
 
 def test_full_text_mode_and_number_choices(task):
-    env = ENVIRONMENTS.get("textworld")(task.game_path(0), EnvSettings(max_steps=3, obs_mode="full"))
+    env = TextWorldEnv(task.game_path(0), EnvSettings(max_steps=3, obs_mode="full"))
     obs, info = env.reset()
     assert "Admissible commands:" in obs and "-= " in obs
     st = info["step"]

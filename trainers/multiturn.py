@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
-from evaluators.envs import StepInfo, close_quietly
-from evaluators.textworld_env import EpisodeResult, episode_metrics, resolve_action
+from evaluators.envs import EpisodeResult, StepInfo, close_quietly, episode_metrics, resolve_action
 from trainers.algorithms import ALGORITHMS
 from trainers.clocks import BatchSchedule
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evaluators.sources import Task, derive_seed, make_task, normalize
+from evaluators.sources import MULTI_TURN_KINDS, Task, derive_seed, make_task, normalize
 from sro.budget import Budget
 from sro.config import ProjectConfig
 from trainers.algorithms import catalog as algorithm_catalog
@@ -28,10 +28,8 @@ GREEDY_SAMPLE = 32
 """Items per source on which the base model's greedy pass rate is measured."""
 SIZE_PROBE = 1000
 """Items drawn per source to count distinct questions (a problem-space size estimate)."""
-MULTI_TURN_KINDS = {"textworld"}
 PASS_RATE_POOL = 256
 """Items per source whose pass rate `SearchContext.pass_rates` estimates (trainers.processing default)."""
-"""Source kinds whose episodes have several turns (credit assignment across steps matters)."""
 
 
 @dataclass
