@@ -9,55 +9,82 @@ and the walkthrough in `info["step"]` — and registers a factory `(seed, EnvSet
 
 A project then uses it as a source or benchmark, `- env: corridor` with `config:` holding `PLAY_KEYS`
 (games, max_steps, ...) and the environment's own settings, passed to the factory. SRO wraps every env it
-opens (`Guarded`): the policy's text is resolved to a command first (its first line, lower-cased, or the
-k-th choice: admissible and walkthrough commands should be lower case with single spaces, as
-`normalize_command` leaves them), the step limit ends an episode whatever the environment does, and a
-malformed `info` is an error that names the adapter.
+opens (`Guarded`): the adapter's env is opened at the first reset (a failure is that episode's env error),
+commands are shown normalized and sent back in the adapter's spelling, state keys are made distinct per
+game, the step limit ends an episode whatever the environment does, and a malformed `info` is an error
+that names the adapter.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+from collections.abc import Callable
 from typing import Any
 
-from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, resolve_action
+from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, normalize_command, resolve_action
 from evaluators.games import GameTask
-from evaluators.sources import SourceSpec, SourceSpecError
+from evaluators.sources import SourceSpec, SourceSpecError, extract_answer
 
 
 class Guarded(TextEnv):
-    """An adapter's env with SRO's rules around it: commands resolved, the step limit kept, `info` checked."""
+    """An adapter's game with SRO's rules around it. The adapter's env is opened at the first `reset()`, so
+    a factory that fails (a simulator down) ends that episode as an env error, as a crash at reset does,
+    never the trial. The policy sees the admissible and walkthrough commands normalized (`normalize_command`:
+    what `resolve_action` makes of a completion) and each state key prefixed by the game (`name-seed:`, so
+    ProAS's reference graph never merges two games' states); the command it names is sent in the adapter's
+    own spelling. The step limit ends an episode whatever the adapter does, and a malformed `info` is an
+    error naming the adapter."""
 
-    def __init__(self, inner: TextEnv, name: str, settings: EnvSettings) -> None:
+    def __init__(self, factory: Callable[[], Any], name: str, seed: int, settings: EnvSettings) -> None:
         super().__init__(settings)
-        self.inner, self.name = inner, name
-        self.action_space, self.observation_space = inner.action_space, inner.observation_space
+        self.factory, self.name, self.game = factory, name, f"{name}-{seed}"
+        self.inner: TextEnv | None = None
+        self._spelling: dict[str, str] = {}
         self._admissible: list[str] = []
 
-    def _checked(self, obs: Any, info: Any, at: str) -> StepInfo:
+    def _present(self, obs: Any, info: Any, at: str) -> tuple[str, dict[str, Any]]:
         st = info.get("step") if isinstance(info, dict) else None
         if not isinstance(obs, str) or not isinstance(st, StepInfo):
             raise TypeError(f"environment {self.name!r} at {at}: returned ({type(obs).__name__}, info with "
                             f"{type(st).__name__}); it must return the observation text and info['step'], a StepInfo")
-        self._admissible = list(st.admissible)
-        return st
+        self._admissible = list(dict.fromkeys(normalize_command(c) for c in st.admissible))
+        # the adapter's spelling of every command it named (admissible first), to send back
+        self._spelling = {normalize_command(c): c for c in [*st.walkthrough, *st.admissible]}
+        shown = dataclasses.replace(st, admissible=self._admissible,
+                                    walkthrough=[normalize_command(c) for c in st.walkthrough],
+                                    state_key=f"{self.game}:{st.state_key}")
+        return obs, {**info, "step": shown}
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict[str, Any]]:
+        if self.inner is None:
+            env = self.factory()
+            if not isinstance(env, TextEnv):
+                raise TypeError(f"environment {self.name!r}: its factory returned a {type(env).__name__}, "
+                                "not an evaluators.envs.TextEnv")
+            self.inner = env
         obs, info = self.inner.reset(seed=seed, options=options)
-        self._checked(obs, info, "reset")
         self.steps = 0
-        return obs, info
+        return self._present(obs, info, "reset")
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        obs, reward, terminated, truncated, info = self.inner.step(resolve_action(action, self._admissible))
-        st = self._checked(obs, info, "step")
+        if self.inner is None:
+            raise RuntimeError("call reset() before step()")
+        cmd = resolve_action(action, self._admissible)
+        # an admissible command in the adapter's own spelling; any other text as the policy wrote its first line
+        sent = self._spelling.get(cmd) or extract_answer(action)
+        obs, reward, terminated, truncated, info = self.inner.step(sent)
+        obs, info = self._present(obs, info, "step")
+        st = info["step"]
         self.steps += 1
         terminated = bool(terminated or st.won or st.lost)
         truncated = not terminated and (bool(truncated) or self.steps >= self.settings.max_steps)
         return obs, float(reward), terminated, truncated, info
 
     def close(self) -> None:
-        self.inner.close()
+        if self.inner is not None:
+            self.inner.close()
+            self.inner = None
 
 
 class EnvTask(GameTask):
@@ -75,11 +102,8 @@ class EnvTask(GameTask):
         self._signatures: dict[int, str] = {}
 
     def open_game(self, seed: int) -> TextEnv:
-        env = self.factory(seed, self.env_settings, **self.settings)
-        if not isinstance(env, TextEnv):
-            raise TypeError(f"environment {self.spec.target!r}: its factory returned a {type(env).__name__}, "
-                            "not an evaluators.envs.TextEnv")
-        return Guarded(env, self.spec.target, self.env_settings)
+        return Guarded(lambda: self.factory(seed, self.env_settings, **self.settings), self.spec.target, seed,
+                       self.env_settings)
 
     def signature(self, seed: int) -> str:
         if seed not in self._signatures:
@@ -91,8 +115,8 @@ def check_env_source(spec: SourceSpec) -> None:
     """Raise `SourceSpecError` for an unregistered environment, or settings its factory or its first game
     refuses (the first game is opened and reset once)."""
     task = EnvTask(spec, seed=0)
+    env = task.open_game(0)
     try:
-        env = task.open_game(0)
         try:
             env.reset()
         finally:

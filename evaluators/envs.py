@@ -100,8 +100,11 @@ def close_quietly(env: Any) -> None:
 
 
 def resolve_action(text: str, admissible: list[str]) -> str:
-    """The command a completion names: its first line, or the k-th choice when it is a number k."""
+    """The command a completion names: its first line (normalized), or the k-th choice when it is a number k
+    that is not itself a choice."""
     cmd = normalize_command(extract_answer(text))
+    if cmd in admissible:  # a command that is a number ("7" in a guessing game) is that command
+        return cmd
     if cmd.isdecimal() and cmd.isascii() and 1 <= int(cmd) <= len(admissible):  # not "²": isdigit, no int
         return admissible[int(cmd) - 1]
     return cmd

@@ -193,7 +193,8 @@ class GameTask(Task):
         pool = self._pool(g)
         row = pool[(idx // self.n_games) % len(pool)]
         rng = random.Random(f"noise-{self.seed}-{idx}")
-        answer = rng.choice(row["admissible"]) if rng.random() < self.teacher_noise else row["best"]
+        noisy = rng.random() < self.teacher_noise  # drawn first whatever the env (TextWorld's items are unchanged)
+        answer = rng.choice(row["admissible"]) if noisy and row["admissible"] else row["best"]
         if self.confidence and idx % CONFIDENCE_EVERY == CONFIDENCE_EVERY - 1:
             digit = str(rng.randrange(10))  # the format, not the calibration: any digit, any step
             q = confidence_question(row["obs"], answer, rng.randint(1, self.env_settings.max_steps),

@@ -22,9 +22,13 @@ class UnknownNameError(KeyError):
 class Registry(Generic[T]):
     """A named table of extension objects that refuses duplicates and lists known names on a miss."""
 
+    instances: list[Registry] = []
+    """Every registry made: what a plugin that failed half-way registered is taken back from (`sro.plugins`)."""
+
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self._items: dict[str, T] = {}
+        Registry.instances.append(self)
 
     def register(self, name: str) -> Callable[[T], T]:
         """Decorator: `@REG.register("grpo")` adds the decorated object under `name`."""
@@ -39,6 +43,10 @@ class Registry(Generic[T]):
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
         self._items[name] = obj
+
+    def remove(self, name: str) -> None:
+        """Forget `name` (nothing if it is not registered)."""
+        self._items.pop(name, None)
 
     def get(self, name: str) -> T:
         try:

@@ -80,7 +80,7 @@ EPISODE_METRICS: dict[str, tuple[str, str]] = {
     "auroc": ("calib_auroc", "max"), "ece": ("calib_ece", "min"), "brier": ("calib_brier", "min"),
     "first_auroc": ("calib_first_auroc", "max"), "first_ece": ("calib_first_ece", "min"),
     "first_brier": ("calib_first_brier", "min")}
-"""A textworld benchmark's `metric:` → (its key in `trainers.multiturn.evaluate_episodes`' result, the
+"""A game benchmark's (textworld, env) `metric:` → (its key in `trainers.multiturn.evaluate_episodes`' result, the
 better direction). auroc, ece and brier grade the agent's stated step confidence (ALGORITHMS.md §5)
 against each held-out episode's outcome, over every step of the benchmark's episodes; first_auroc,
 first_ece and first_brier over the first steps only (the confidence before the agent has acted)."""
@@ -91,12 +91,12 @@ class BenchmarkConfig(SourceConfig):
     """A held-out benchmark: a source plus a name, a size and a metric. Never trained on."""
 
     name: str = Field(description="benchmark name, unique within its domain")
-    size: int | None = Field(None, gt=0, description="number of held-out items (default 100; a textworld "
-                             "benchmark: its games, one greedy episode each)")
+    size: int | None = Field(None, gt=0, description="number of held-out items (default 100; a game "
+                             "benchmark (textworld, env): its games, one greedy episode each)")
     metric: Literal["accuracy", "success", "score", "auroc", "ece", "brier", "first_auroc", "first_ece",
                     "first_brier"] | None = Field(
         None, description="what the score means: accuracy (single-turn items, the default there); success (the "
-        "default) or score (textworld episodes, one greedy episode per held-out game), or the calibration of "
+        "default) or score (game episodes, textworld or env, one greedy episode per held-out game), or the calibration of "
         "the agent's stated step confidence on those episodes: auroc, ece or brier over every step, first_auroc, "
         "first_ece or first_brier over the first steps (lower is better for the ece and brier ones)")
     decontaminate: bool = Field(
@@ -410,7 +410,7 @@ def _read_start_recipes(project: ProjectConfig, base_dir: Path) -> None:
     """Each `start_recipes` entry as a mapping of settings: a path (relative to the project's folder) is
     read as a recipe YAML of `sro export` and replaced by its `recipe:` section, `{values: ..., fixed:
     ...}` (the fixed settings of the space it ran in go with it: a new space may search them); every value
-    must be a number, a string or a bool. Whether they are recipes of the search space is checked when the
+    (of `values:`) must be a number, a string or a bool. Whether they are recipes of the search space is checked when the
     space is known (`sro.start_recipes`)."""
     for i, entry in enumerate(project.start_recipes):
         at = f"start_recipes[{i}]"
@@ -425,7 +425,8 @@ def _read_start_recipes(project: ProjectConfig, base_dir: Path) -> None:
             if extra or not isinstance(entry.get("fixed") or {}, dict):
                 raise ConfigError(f"{at}: a recipe's `values:` and `fixed:` (as `sro export` writes its `recipe:`) "
                                   f"take no other key and `fixed:` is a mapping (got {extra or entry['fixed']!r})")
-            groups = [("values.", entry["values"]), ("fixed.", entry.get("fixed") or {})]
+            # `fixed:` is the old space's business (any value); what a new space borrows from it is checked there
+            groups = [("values.", entry["values"])]
         for prefix, settings in groups:
             for key, v in settings.items():
                 if not isinstance(v, (int, float, str, bool)):

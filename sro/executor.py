@@ -155,7 +155,7 @@ class SearchContext:
         t = time.monotonic()
         out = {}
         for k, b in self.benchmarks.items():
-            if getattr(b.task, "multi_turn", False):  # textworld: one greedy episode per held-out game
+            if getattr(b.task, "multi_turn", False):  # games: one greedy episode per held-out game
                 calib: dict[str, float] = {}
                 out[k] = episode_score(model, tokenizer, b, rt.max_new_tokens, history, notes.crashed, k, calib)
                 if calib:
@@ -407,11 +407,12 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
 def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,
                          on_step: Callable[[int, dict[str, float]], bool | None] | None = None,
                          on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
-    """An agent project (textworld sources): the multi-turn trainer plays groups of episodes
+    """An agent project (textworld or env sources): the multi-turn trainer plays groups of episodes
     (`trainers.multiturn`; algorithm `proas` shapes their credit), then every benchmark is scored."""
     tasks = [t for ts in ctx.tasks.values() for t in ts]
     if not all(getattr(t, "multi_turn", False) for t in tasks):
-        raise TrialFailed("a project cannot yet mix textworld and single-turn domains; put them in separate projects")
+        raise TrialFailed("a project cannot yet mix multi-turn (textworld, env) and single-turn domains; put them "
+                          "in separate projects")
     try:
         tcfg = training_limit(cfg, t0, ctx.score_s)
         mcfg = multi_turn_config(str(recipe.get("algorithm", "grpo")), tcfg, {**recipe.fixed, **recipe.values})

@@ -1,10 +1,11 @@
 """Plugins: the project's own Python modules, imported before its sources are read.
 
-A plugin registers what SRO's registries hold — an environment adapter (`evaluators.envs.ENVIRONMENTS`,
-played by `env:` sources), an algorithm, a designer — so a project can use it without a change to SRO.
-An entry is a module name on the Python path (`my_team.envs`) or a `.py` file, relative to the
-project's folder. Each is imported once per process: a project read twice (a resume, `sro train` after
-`sro search`) does not register twice.
+A plugin registers an environment adapter in `evaluators.envs.ENVIRONMENTS`, played by `env:` sources,
+so a project can use it without a change to SRO. An entry is a module name on the Python path
+(`my_team.envs`) or a `.py` file, relative to the project's folder (its folder goes on the Python path,
+after everything else, so helper modules beside it import). Each is imported once per process: a
+project read twice (a resume, `sro train` after `sro search`) does not register twice, and what a plugin
+that failed half-way registered is taken back, so the fixed file imports cleanly.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import importlib.util
 import sys
 import traceback
 from pathlib import Path
+
+from evaluators.registry import Registry
 
 
 class PluginError(ValueError):
@@ -39,24 +42,40 @@ def load_plugins(entries: list[str], base_dir: Path) -> list[str]:
     return out
 
 
-def _failure(at: str, e: BaseException) -> PluginError:
-    """The plugin's own error, with the line of the plugin that raised it."""
+def _failure(at: str, e: BaseException, path: Path | None = None) -> PluginError:
+    """The plugin's own error, with the line of the plugin (its last frame in the plugin's file, where it is
+    known) that raised it."""
     frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
-    where = f" ({Path(frames[-1].filename).name}, line {frames[-1].lineno})" if frames else ""
+    own = [f for f in frames if path is not None and Path(f.filename) == path] or frames
+    where = f" ({Path(own[-1].filename).name}, line {own[-1].lineno})" if own else ""
     return PluginError(f"{at}: importing it failed{where}: {type(e).__name__}: {e}")
+
+
+def _registered() -> list[tuple[Registry, set[str]]]:
+    return [(r, set(r.names())) for r in Registry.instances]
+
+
+def _take_back(before: list[tuple[Registry, set[str]]]) -> None:
+    """Forget what a plugin that failed half-way registered, so that the fixed plugin can register it again."""
+    for reg, names in before:
+        for name in set(reg.names()) - names:
+            reg.remove(name)
 
 
 def _import_module(name: str, at: str) -> None:
     if name in sys.modules:
         return
+    before = _registered()
     try:
         importlib.import_module(name)
     except ModuleNotFoundError as e:
-        if e.name and name.startswith(e.name):  # the entry itself, not a module it imports
+        _take_back(before)
+        if e.name and (name == e.name or name.startswith(e.name + ".")):  # the entry (or its package) itself,
             raise PluginError(f"{at}: no module {name!r} on the Python path; install it, or give the path of its "
-                              ".py file") from None
+                              ".py file") from None  # not a module the plugin imports
         raise _failure(at, e) from None
     except Exception as e:
+        _take_back(before)
         raise _failure(at, e) from None
 
 
@@ -69,8 +88,12 @@ def _import_file(path: Path, at: str) -> None:
         raise PluginError(f"{at}: not a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    if str(path.parent) not in sys.path:  # its helper modules beside it import (appended: never shadowing others)
+        sys.path.append(str(path.parent))
+    before = _registered()
     try:
         spec.loader.exec_module(module)
     except Exception as e:
-        del sys.modules[name]  # a fixed file is imported afresh
-        raise _failure(at, e) from None
+        del sys.modules[name]  # a fixed file is imported afresh, and registers afresh
+        _take_back(before)
+        raise _failure(at, e, path) from None

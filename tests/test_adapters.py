@@ -29,6 +29,14 @@ def corridor():
     assert "corridor" in ENVIRONMENTS
 
 
+@pytest.fixture(scope="module")
+def policy_model(micro_model):
+    """Any policy: the micro project's tiny model (it knows arithmetic, not corridors)."""
+    from trainers.models import load_policy
+
+    return load_policy(micro_model, "cpu")
+
+
 def _task(seed: int = 5, **config):
     return make_task(SourceSpec("env", "corridor", {"length": 2, "doors": 3, "games": 4, "max_steps": 4, **config}),
                      seed)
@@ -50,9 +58,9 @@ def test_an_env_source_plays_the_adapters_games_with_sros_rules():
     st = info["step"]
     k = st.admissible.index(st.walkthrough[0]) + 1
     _, _, _, _, info = env.step(f"{k}\nthen more")
-    assert info["step"].valid and info["step"].state_key == "hall1"
+    assert info["step"].valid and info["step"].state_key == "corridor-6:hall1"  # game 1 of seed 5
     _, _, _, _, info = env.step("  " + info["step"].walkthrough[0].upper() + ".")
-    assert info["step"].state_key == "hall2"
+    assert info["step"].state_key == "corridor-6:hall2"
     _, reward, term, trunc, info = env.step("take coin")
     assert reward == 1.0 and term and not trunc and info["step"].won
 
@@ -90,13 +98,27 @@ def test_a_bad_env_source_is_one_line_naming_the_fix(spec, needle):
     assert needle in str(e.value)
 
 
-def test_an_adapter_that_breaks_the_interface_is_named():
+@pytest.fixture
+def register():
+    """Register test environments for one test, and forget them after it."""
+    names = []
+
+    def add(name, factory):
+        ENVIRONMENTS.add(name, factory)
+        names.append(name)
+
+    yield add
+    for name in names:
+        ENVIRONMENTS.remove(name)
+
+
+def test_an_adapter_that_breaks_the_interface_is_named(register):
     class Wrong(TextEnv):
         def reset(self, *, seed=None, options=None):
             return "hello", {"admissible": ["go"]}  # no StepInfo
 
-    ENVIRONMENTS.add("wrong_info", lambda seed, settings: Wrong(settings))
-    ENVIRONMENTS.add("not_an_env", lambda seed, settings: object())
+    register("wrong_info", lambda seed, settings: Wrong(settings))
+    register("not_an_env", lambda seed, settings: object())
     with pytest.raises(SourceSpecError, match="environment 'wrong_info' at reset: returned \\(str, info with "
                                               "NoneType\\); it must return the observation text and info"):
         check_source_spec(SourceSpec("env", "wrong_info", {}))
@@ -105,6 +127,76 @@ def test_an_adapter_that_breaks_the_interface_is_named():
     # in a trial, an adapter's crash ends the episode as a failure, never the trial (as for TextWorld)
     result = play(make_task(SourceSpec("env", "wrong_info", {}), 0).make_env(0), lambda obs, st: "go")
     assert not result.success and result.reason.startswith("env error at reset: TypeError: environment 'wrong_info'")
+
+
+def test_a_factory_that_fails_ends_that_episode_not_the_benchmark_nor_the_trial(register, policy_model):
+    """A simulator that cannot be reached for some games (its factory raises when the env is made): those
+    episodes are env errors, the others are played, and every env that was opened is closed."""
+    from evaluators.envs import EnvSettings
+    from trainers.multiturn import evaluate_episodes
+
+    corridor = ENVIRONMENTS.get("corridor")
+    opened, closed = [], []
+
+    def flaky(seed, settings, **kw):
+        if seed % 3 == 2:
+            raise ConnectionError(f"simulator for seed {seed} unavailable")
+        env = corridor(seed, settings, **kw)
+        opened.append(seed)
+        real = env.close
+        env.close = lambda: (closed.append(seed), real())[1]
+        return env
+
+    register("flaky", flaky)
+    task = make_task(SourceSpec("env", "flaky", {"length": 1, "games": 6, "max_steps": 2}), 0)
+    model, tok = policy_model
+    failures: list[str] = []
+    out = evaluate_episodes(model, tok, task, 6, max_new_tokens=4, failures=failures)
+    assert len(failures) == 2 and all("ConnectionError: simulator for seed" in f for f in failures), failures
+    assert 0.0 <= out["success"] <= 4 / 6 and sorted(opened) == sorted(closed) and len(opened) == 4
+    assert isinstance(task.make_env(0).settings, EnvSettings)
+
+
+def test_commands_in_the_adapters_spelling_game_scoped_state_keys_and_number_commands(register):
+    from evaluators.envs import StepInfo
+
+    class Shop(TextEnv):
+        """Capitalized commands, a number command, the same state key in every game."""
+
+        def __init__(self, seed, settings):
+            super().__init__(settings)
+            self.got: list[str] = []
+
+        def _info(self, won=False):
+            return {"step": StepInfo(["Search[Red Shoes]", "7", "Buy Now!"], "page", won=won,
+                                     walkthrough=[] if won else ["Search[Red Shoes]", "7"])}
+
+        def reset(self, *, seed=None, options=None):
+            self.got = []
+            return "Shop front. Choices: Search[Red Shoes], 7, Buy Now!", self._info()
+
+        def step(self, action):
+            self.got.append(action)
+            return "ok", 0.0, False, False, self._info(won=self.got == ["Search[Red Shoes]", "7"])
+
+    register("shop", Shop)
+    task = make_task(SourceSpec("env", "shop", {"games": 2, "max_steps": 3, "teacher_noise": 0.0}), 11)
+    env = task.make_env(0)
+    _, info = env.reset()
+    st = info["step"]
+    assert st.admissible == ["search[red shoes]", "7", "buy now"] and st.walkthrough == ["search[red shoes]", "7"]
+    assert st.state_key == "shop-11:page" and task.make_env(1).reset()[1]["step"].state_key == "shop-12:page"
+    env.step("Search[red  SHOES]")
+    _, _, term, _, info = env.step("7")  # a command that is a number is that command, not the 7th choice
+    assert env.inner.got == ["Search[Red Shoes]", "7"] and term and info["step"].won
+    # the walkthrough's own answer scores 1: the verifier and the env read commands alike
+    item = task.item(0)
+    assert item.answer == "search[red shoes]" and task.score(item, "Search[Red Shoes]") == 1.0
+    # free text (no choice matches) reaches the adapter as the policy wrote its first line
+    env = task.make_env(0)
+    env.reset()
+    env.step("Find Blue Hat\nmore")
+    assert env.inner.got == ["Find Blue Hat"]
 
 
 PROJECT = """\
@@ -128,14 +220,36 @@ runtime: {{tiny_pretrain_steps: 10, threads: 1, max_new_tokens: 6}}
     ("missing.py", "plugins[0]: missing.py: no such file"),
     ("no_such_module_here", "plugins[0]: no_such_module_here: no module 'no_such_module_here' on the Python path"),
     ("broken.py", "plugins[0]: broken.py: importing it failed (broken.py, line 2): ZeroDivisionError"),
+    # a module the plugin imports is missing, not the plugin: say which
+    ("needs.py", "plugins[0]: needs.py: importing it failed (needs.py, line 1): ModuleNotFoundError: No module "
+                 "named 'needs_a_missing_dependency'"),
+    ("shop_dep_adapter", "plugins[0]: shop_dep_adapter: importing it failed (shop_dep_adapter.py, line 1): "
+                         "ModuleNotFoundError: No module named 'shop_dep'"),  # not "no module 'shop_dep_adapter'"
 ])
-def test_a_plugin_that_cannot_be_imported_is_a_config_error(tmp_path, plugin, needle):
+def test_a_plugin_that_cannot_be_imported_is_a_config_error(tmp_path, monkeypatch, plugin, needle):
+    monkeypatch.syspath_prepend(str(tmp_path))
     (tmp_path / "broken.py").write_text("x = 1\ny = x / 0\n")
+    (tmp_path / "needs.py").write_text("import needs_a_missing_dependency\n")
+    (tmp_path / "shop_dep_adapter.py").write_text("import shop_dep\n")
     path = tmp_path / "p.yaml"
     path.write_text(PROJECT.format(name="p", plugin=plugin))
     with pytest.raises(ConfigError) as e:
         load_project(path)
     assert str(e.value).startswith(str(path)) and needle in str(e.value)
+
+
+def test_a_plugin_imports_its_helpers_and_a_fixed_plugin_registers_afresh(tmp_path):
+    (tmp_path / "helpers_for_half.py").write_text("from evaluators.envs import ENVIRONMENTS\n")
+    half = tmp_path / "half.py"
+    half.write_text("from helpers_for_half import ENVIRONMENTS\nENVIRONMENTS.add('half', object)\n"
+                    "raise RuntimeError('config file missing')\n")
+    with pytest.raises(Exception, match=r"half.py: importing it failed \(half.py, line 3\): RuntimeError"):
+        load_plugins(["half.py"], tmp_path)
+    assert "half" not in ENVIRONMENTS  # taken back
+    half.write_text("from helpers_for_half import ENVIRONMENTS\nENVIRONMENTS.add('half', object)\n")
+    load_plugins(["half.py"], tmp_path)
+    assert "half" in ENVIRONMENTS
+    ENVIRONMENTS.remove("half")
 
 
 def test_the_example_project_reads_and_keeps_its_plugin_path():

@@ -71,7 +71,7 @@ def test_the_project_reads_recipe_files_into_their_values(micro_project, tmp_pat
     ("missing.yaml", "start_recipes[0]: missing.yaml: no such file; write one with `sro export"),
     ("plain.yaml", "start_recipes[0]: plain.yaml: not a recipe file (it needs `project:` and `recipe:`)"),
     ("{lr: [1, 2]}", "start_recipes[0].lr: [1, 2] is not a setting"),
-    ("{values: {lr: 0.1}, fixed: {beta: [0]}}", "start_recipes[0].fixed.beta: [0] is not a setting"),
+    ("{values: {lr: [0.1]}, fixed: {beta: [0]}}", "start_recipes[0].values.lr: [0.1] is not a setting"),
     ("{values: {lr: 0.1}, fixed: 3}", "`fixed:` is a mapping (got 3)"),
     ("{values: {lr: 0.1}, scores: {a: 1}}", "take no other key and `fixed:` is a mapping (got ['scores'])"),
 ])
@@ -99,6 +99,9 @@ def test_an_exported_recipe_takes_the_settings_its_space_fixed_where_this_space_
                          "fixed": exported["fixed"]}, SPACE, "x", "v1").values["proas.lambda"] == 0.9
     with pytest.raises(StartRecipeError, match="lacks 'algorithm'"):
         start_recipe(exported["values"], SPACE, "x", "v1")
+    # the old space's fixed settings this space does not search are not read, whatever they hold
+    assert start_recipe({**exported, "fixed": {**exported["fixed"], "lr_ref_batch": None, "stages": [{"a": 1}]}},
+                        SPACE, "x", "v1") == r
     # a fixed setting this space's range excludes: refused, naming where it came from
     with pytest.raises(StartRecipeError, match=r"lr=0\.1 is outside .*\(lr: the recipe file's fixed settings"):
         start_recipe({"values": {k: v for k, v in GOOD.items() if k != "lr"}, "fixed": {"lr": 0.1}}, SPACE, "x", "v1")
