@@ -129,12 +129,14 @@ def _retry(records: list[TrialRecord], space: RecipeSpace) -> Recipe | None:
 
 
 def _start_recipes(project: ProjectConfig, space: RecipeSpace, run_dir: Path, records: list[TrialRecord],
-                   log: Callable[[str], None]) -> list[Recipe]:
+                   log: Callable[[str], None], notes: bool = True) -> list[Recipe]:
     """The project's start recipes in `space`. One that does not fit stops a new study (`StartRecipeError`:
     nothing has been trained yet, so the fix costs nothing); in a study with trials (resumed, or after
-    a redesign that moved a bound past it) it is skipped with a note, and the search goes on."""
+    a redesign that moved a bound past it) it is skipped with a note, and the search goes on. In a new study a
+    recipe file's fixed setting that this space fixes otherwise is noted (`notes`)."""
     return start_recipes(project.start_recipes, space, f"the search space v{space.version} of {run_dir}",
-                         skip=(lambda e: log(f"[yellow]skipped[/]: {escape(str(e))}")) if records else None)
+                         skip=(lambda e: log(f"[yellow]skipped[/]: {escape(str(e))}")) if records else None,
+                         note=(lambda m: log(f"[yellow]note[/]: {escape(m)}")) if notes and not records else None)
 
 
 SHARED_CHECK_S = 10.0
@@ -293,7 +295,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         except SpaceError:
             written = None  # `load_space` reports it below
         if written is not None:
-            _start_recipes(project, written, run_dir, history, console.print)
+            _start_recipes(project, written, run_dir, history, console.print, notes=False)  # noted below
 
     t0 = time.monotonic()
     console.print("preparing benchmarks, data streams and the base model ...")

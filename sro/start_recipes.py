@@ -26,13 +26,15 @@ class StartRecipeError(SpaceError):
 
 
 def start_recipes(entries: Sequence[dict[str, Any]], space: RecipeSpace, where: str,
-                  skip: Callable[[StartRecipeError], None] | None = None) -> list[Recipe]:
+                  skip: Callable[[StartRecipeError], None] | None = None,
+                  note: Callable[[str], None] | None = None) -> list[Recipe]:
     """The project's start recipes as recipes of `space`; `where` names the space for the messages.
-    One that does not fit raises `StartRecipeError`, or, given `skip`, is passed to it and left out."""
+    One that does not fit raises `StartRecipeError`, or, given `skip`, is passed to it and left out.
+    `note` is told where a recipe file's fixed setting differs from this space's (which wins)."""
     out = []
     for i, values in enumerate(entries):
         try:
-            out.append(start_recipe(values, space, f"start_recipes[{i}]", where))
+            out.append(start_recipe(values, space, f"start_recipes[{i}]", where, note))
         except StartRecipeError as e:
             if skip is None:
                 raise
@@ -46,7 +48,8 @@ def is_exported(entry: Any) -> bool:
     return isinstance(entry, dict) and isinstance(entry.get("values"), dict)
 
 
-def start_recipe(entry: dict[str, Any], space: RecipeSpace, at: str, where: str) -> Recipe:
+def start_recipe(entry: dict[str, Any], space: RecipeSpace, at: str, where: str,
+                 note: Callable[[str], None] | None = None) -> Recipe:
     """One start recipe (`at` names it) as a recipe of `space`: its canonical values plus the space's
     fixed settings. Raises `StartRecipeError` saying what does not fit and how to fix it.
 
@@ -81,6 +84,10 @@ def start_recipe(entry: dict[str, Any], space: RecipeSpace, at: str, where: str)
     if dropped:  # a child whose condition does not hold: say so rather than train something else
         raise StartRecipeError(f"{at}: {', '.join(dropped)} inactive given the recipe's other settings in {where} "
                                "(their condition does not hold); drop them or change their parent")
+    differ = {k: v for k, v in inherited.items() if k in space.fixed and v != space.fixed[k]}
+    if differ and note is not None:  # it trains otherwise than the file says: say so (a ProAS recipe as GRPO)
+        note(f"{at}: the recipe file fixed {', '.join(f'{k}={v!r}' for k, v in sorted(differ.items()))}; "
+             f"{where} fixes {', '.join(f'{k}={space.fixed[k]!r}' for k in sorted(differ))}, which it trains with")
     return Recipe(canonical, dict(space.fixed))
 
 

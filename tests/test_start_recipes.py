@@ -92,6 +92,10 @@ def test_an_exported_recipe_takes_the_settings_its_space_fixed_where_this_space_
     # at its own value; beta is no setting of this space's trials
     assert r.values == {**exported["values"], "algorithm": "grpo", "steps": 50}
     assert r.fixed == {"max_new_tokens": 8}
+    notes: list[str] = []
+    assert start_recipes([exported], SPACE, "space v1", note=notes.append) == [r]
+    assert notes == ["start_recipes[0]: the recipe file fixed max_new_tokens=16; space v1 fixes max_new_tokens=8, "
+                     "which it trains with"]
     proas = start_recipe({**exported, "fixed": {**exported["fixed"], "algorithm": "proas"}}, SPACE, "x", "v1")
     assert proas.values["algorithm"] == "proas" and proas.values["proas.lambda"] == 0.3
     # the file's values win over its fixed settings; a flat mapping borrows nothing
