@@ -19,11 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
+import inspect
+import json
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, normalize_command, resolve_action
-from evaluators.games import GameTask
+from evaluators.games import ITEMS_PER_GAME, GameTask
 from evaluators.sources import SourceSpec, SourceSpecError, extract_answer
 
 
@@ -87,10 +92,21 @@ class Guarded(TextEnv):
             self.inner = None
 
 
-class EnvTask(GameTask):
-    """The games of a registered environment (`ENVIRONMENTS`), addressed by seed (`GameTask`)."""
+def code_digest(obj: Any) -> str | None:
+    """A digest of the source file that defines `obj` (an adapter's factory), or None where there is none."""
+    try:
+        return hashlib.sha256(Path(inspect.getsourcefile(obj) or "").read_bytes()).hexdigest()[:16]
+    except (TypeError, OSError):
+        return None
 
-    def __init__(self, spec: SourceSpec, seed: int) -> None:
+
+class EnvTask(GameTask):
+    """The games of a registered environment (`ENVIRONMENTS`), addressed by seed (`GameTask`). The walks
+    the tiny model pre-trains on are cached under `cache_dir` (default `$SRO_CACHE_DIR/env`), keyed on the
+    adapter's source file, its settings and the seed: a change to the adapter's code builds them anew, a
+    change to data it reads does not (delete the folder then)."""
+
+    def __init__(self, spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> None:
         super().__init__(spec, seed)
         if spec.target not in ENVIRONMENTS:
             known = ENVIRONMENTS.names()
@@ -99,11 +115,22 @@ class EnvTask(GameTask):
                    f"registered: {', '.join(known) or 'none'}; name the module that registers it under `plugins:`")
             raise SourceSpecError(f"no environment {spec.target!r} is registered; {fix}", "env")
         self.factory = ENVIRONMENTS.get(spec.target)
+        self.cache_dir = cache_dir or Path(os.environ.get("SRO_CACHE_DIR", "runs/.cache")) / "env"
+        self._code = code_digest(self.factory)
         self._signatures: dict[int, str] = {}
 
     def open_game(self, seed: int) -> TextEnv:
         return Guarded(lambda: self.factory(seed, self.env_settings, **self.settings), self.spec.target, seed,
                        self.env_settings)
+
+    def pool_file(self, seed: int) -> Path | None:
+        if self._code is None:  # a factory without a source file (built at run time): walks in memory only
+            return None
+        key = json.dumps([self._code, self.settings, seed, ITEMS_PER_GAME, self.env_settings.obs_mode,
+                          self.env_settings.max_steps], sort_keys=True, default=str)
+        folder = self.cache_dir / self.spec.target
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.items.json"
 
     def signature(self, seed: int) -> str:
         if seed not in self._signatures:

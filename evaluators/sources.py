@@ -177,7 +177,7 @@ class JsonlTask(Task):
 
 def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Task:
     """The task of a source. `cache_dir`: where generated artefacts live (textworld games go to
-    `cache_dir/textworld`; default `$SRO_CACHE_DIR`, else `runs/.cache`)."""
+    `cache_dir/textworld`, an adapter's walks to `cache_dir/env`; default `$SRO_CACHE_DIR`, else `runs/.cache`)."""
     if spec.kind == "reasoning_gym":
         return ReasoningGymTask(spec, seed)
     if spec.kind == "jsonl":
@@ -189,7 +189,7 @@ def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Tas
     if spec.kind == "env":
         from evaluators.adapters import EnvTask
 
-        return EnvTask(spec, seed)
+        return EnvTask(spec, seed, Path(cache_dir) / "env" if cache_dir is not None else None)
     raise SourceSpecError(
         f"{spec.kind} sources are not available in this version; use reasoning_gym, jsonl, textworld or env",
         spec.kind)

@@ -157,6 +157,26 @@ def test_a_factory_that_fails_ends_that_episode_not_the_benchmark_nor_the_trial(
     assert isinstance(task.make_env(0).settings, EnvSettings)
 
 
+def test_an_adapters_walks_are_cached_on_disk_and_read_back_without_opening_a_game(register, tmp_path):
+    corridor = ENVIRONMENTS.get("corridor")
+    opened: list[int] = []
+
+    def counted(seed, settings, **kw):
+        opened.append(seed)
+        return corridor(seed, settings, **kw)
+
+    register("counted", counted)
+    spec = SourceSpec("env", "counted", {"length": 2, "games": 2, "max_steps": 4})
+    first = make_task(spec, 3, tmp_path).items(10)
+    assert sorted(set(opened)) == [5, 6]  # the two sibling games (seed + games + g) were walked
+    files = sorted((tmp_path / "env" / "counted").glob("*.items.json"))
+    assert len(files) == 2
+    opened.clear()
+    assert make_task(spec, 3, tmp_path).items(10) == first and opened == []  # read back: no game opened
+    make_task(SourceSpec("env", "counted", {"length": 3, "games": 2, "max_steps": 4}), 3, tmp_path).items(2)
+    assert len(list((tmp_path / "env" / "counted").glob("*.items.json"))) == 4  # other settings, other walks
+
+
 def test_commands_in_the_adapters_spelling_game_scoped_state_keys_and_number_commands(register):
     from evaluators.envs import StepInfo
 
