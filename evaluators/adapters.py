@@ -23,12 +23,13 @@ import hashlib
 import inspect
 import json
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from evaluators.envs import ENVIRONMENTS, EnvSettings, StepInfo, TextEnv, normalize_command, resolve_action
-from evaluators.games import ITEMS_PER_GAME, GameTask
+from evaluators.games import ITEMS_PER_GAME, GameGenerationError, GameTask
 from evaluators.sources import SourceSpec, SourceSpecError, extract_answer
 
 
@@ -53,9 +54,15 @@ class Guarded(TextEnv):
         if not isinstance(obs, str) or not isinstance(st, StepInfo):
             raise TypeError(f"environment {self.name!r} at {at}: returned ({type(obs).__name__}, info with "
                             f"{type(st).__name__}); it must return the observation text and info['step'], a StepInfo")
+        for what in ("admissible", "walkthrough"):
+            got = getattr(st, what)
+            if not isinstance(got, list) or not all(isinstance(c, str) for c in got):
+                raise TypeError(f"environment {self.name!r} at {at}: StepInfo.{what} must be a list of command "
+                                f"strings (got {got!r:.80})")
         self._admissible = list(dict.fromkeys(normalize_command(c) for c in st.admissible))
-        # the adapter's spelling of every command it named (admissible first), to send back
-        self._spelling = {normalize_command(c): c for c in [*st.walkthrough, *st.admissible]}
+        self._spelling = {}  # the adapter's spelling of every command it named, to send back: its first one
+        for c in [*st.admissible, *st.walkthrough]:
+            self._spelling.setdefault(normalize_command(c), c)
         shown = dataclasses.replace(st, admissible=self._admissible,
                                     walkthrough=[normalize_command(c) for c in st.walkthrough],
                                     state_key=f"{self.game}:{st.state_key}")
@@ -75,8 +82,9 @@ class Guarded(TextEnv):
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.inner is None:
             raise RuntimeError("call reset() before step()")
-        cmd = resolve_action(action, self._admissible)
-        # an admissible command in the adapter's own spelling; any other text as the policy wrote its first line
+        named = normalize_command(extract_answer(action))  # a command the adapter named (a walkthrough's too) is
+        cmd = named if named in self._spelling else resolve_action(action, self._admissible)  # itself, not a number
+        # a command in the adapter's own spelling; any other text as the policy wrote its first line
         sent = self._spelling.get(cmd) or extract_answer(action)
         obs, reward, terminated, truncated, info = self.inner.step(sent)
         obs, info = self._present(obs, info, "step")
@@ -92,10 +100,24 @@ class Guarded(TextEnv):
             self.inner = None
 
 
+WALK_VERSION = 1
+"""Of SRO's side of an adapter's cached walks (`GameTask._pool`, `Guarded`, `normalize_command`): bump it
+when they change, so caches rebuild."""
+
+
 def code_digest(obj: Any) -> str | None:
-    """A digest of the source file that defines `obj` (an adapter's factory), or None where there is none."""
+    """A digest of the adapter's code: every `.py` file in the folder of the file that defines `obj` (its
+    factory: a class, a function, a `functools.partial` of one, or a callable instance), so helper modules
+    beside it count. None where there is no source file (walks are then not cached)."""
+    obj = getattr(obj, "func", obj)  # a partial: its function
+    if not (inspect.isclass(obj) or inspect.isfunction(obj) or inspect.ismethod(obj)):
+        obj = type(obj)  # a callable instance: its class
     try:
-        return hashlib.sha256(Path(inspect.getsourcefile(obj) or "").read_bytes()).hexdigest()[:16]
+        folder = Path(inspect.getsourcefile(obj) or "").resolve().parent
+        h = hashlib.sha256()
+        for f in sorted(folder.glob("*.py")):
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+        return h.hexdigest()[:16]
     except (TypeError, OSError):
         return None
 
@@ -103,8 +125,11 @@ def code_digest(obj: Any) -> str | None:
 class EnvTask(GameTask):
     """The games of a registered environment (`ENVIRONMENTS`), addressed by seed (`GameTask`). The walks
     the tiny model pre-trains on are cached under `cache_dir` (default `$SRO_CACHE_DIR/env`), keyed on the
-    adapter's source file, its settings and the seed: a change to the adapter's code builds them anew, a
-    change to data it reads does not (delete the folder then)."""
+    adapter's code (`code_digest`: its folder's `.py` files), `WALK_VERSION`, its settings and the seed. A
+    change to a library it uses or to data it reads does not rebuild them: delete the folder then.
+
+    An adapter that fails while SRO prepares the source (a game's signature, the walks) is a
+    `GameGenerationError` naming it: one line, before anything trains."""
 
     def __init__(self, spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> None:
         super().__init__(spec, seed)
@@ -126,16 +151,31 @@ class EnvTask(GameTask):
     def pool_file(self, seed: int) -> Path | None:
         if self._code is None:  # a factory without a source file (built at run time): walks in memory only
             return None
-        key = json.dumps([self._code, self.settings, seed, ITEMS_PER_GAME, self.env_settings.obs_mode,
+        key = json.dumps([self._code, WALK_VERSION, self.settings, seed, ITEMS_PER_GAME, self.env_settings.obs_mode,
                           self.env_settings.max_steps], sort_keys=True, default=str)
-        folder = self.cache_dir / self.spec.target
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = self.cache_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", self.spec.target)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError:  # an unwritable cache: the walks stay in memory (the cache only saves time)
+            return None
         return folder / f"{hashlib.sha256(key.encode()).hexdigest()[:16]}.items.json"
 
     def signature(self, seed: int) -> str:
         if seed not in self._signatures:
-            self._signatures[seed] = super().signature(seed)
+            self._signatures[seed] = self._prepared(lambda: super(EnvTask, self).signature(seed), seed)
         return self._signatures[seed]
+
+    def _pool(self, g: int) -> list[dict[str, Any]]:
+        return self._prepared(lambda: super(EnvTask, self)._pool(g), self.seed + self.n_games + g)
+
+    def _prepared(self, work: Callable[[], Any], seed: int) -> Any:
+        try:
+            return work()
+        except GameGenerationError:
+            raise
+        except Exception as e:
+            raise GameGenerationError(f"environment {self.spec.target!r} failed on the game of seed {seed} while "
+                                      f"SRO prepared its source: {type(e).__name__}: {e}") from e
 
 
 def check_env_source(spec: SourceSpec) -> None:

@@ -184,7 +184,10 @@ class GameTask(Task):
                                       "has a walkthrough, so there is nothing to pre-train on; the environment "
                                       "must fill StepInfo.walkthrough")
         if path is not None:
-            write_whole(path, json.dumps(pool))  # a kill never leaves half a pool
+            try:
+                write_whole(path, json.dumps(pool))  # a kill never leaves half a pool
+            except OSError:  # an unwritable cache: the walks stay in memory (the cache only saves time)
+                pass
         self._pools[g] = pool
         return pool
 

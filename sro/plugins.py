@@ -5,7 +5,9 @@ so a project can use it without a change to SRO. An entry is a module name on th
 (`my_team.envs`) or a `.py` file, relative to the project's folder (its folder goes on the Python path,
 after everything else, so helper modules beside it import). Each is imported once per process: a
 project read twice (a resume, `sro train` after `sro search`) does not register twice, and what a plugin
-that failed half-way registered is taken back, so the fixed file imports cleanly.
+that failed half-way did is undone (the modules it loaded, what they registered), so the fixed file
+imports cleanly. Helper modules are imported by their bare names: two projects' plugins in one process
+should not both have a `helpers.py`.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import importlib
 import importlib.util
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from evaluators.registry import Registry
 
@@ -48,34 +52,49 @@ def _failure(at: str, e: BaseException, path: Path | None = None) -> PluginError
     frames = [f for f in traceback.extract_tb(e.__traceback__) if "importlib" not in f.filename]
     own = [f for f in frames if path is not None and Path(f.filename) == path] or frames
     where = f" ({Path(own[-1].filename).name}, line {own[-1].lineno})" if own else ""
+    if isinstance(e, SyntaxError) and e.filename:  # raised by the compiler: the file and line are the error's
+        where = f" ({Path(e.filename).name}, line {e.lineno})"
     return PluginError(f"{at}: importing it failed{where}: {type(e).__name__}: {e}")
 
 
-def _registered() -> list[tuple[Registry, set[str]]]:
-    return [(r, set(r.names())) for r in Registry.instances]
+def _state() -> tuple[set[str], list[tuple[Registry, set[str]]]]:
+    """What an import may change: the modules loaded, and the names of every registry."""
+    return set(sys.modules), [(r, set(r.names())) for r in Registry.instances]
 
 
-def _take_back(before: list[tuple[Registry, set[str]]]) -> None:
-    """Forget what a plugin that failed half-way registered, so that the fixed plugin can register it again."""
-    for reg, names in before:
-        for name in set(reg.names()) - names:
-            reg.remove(name)
+def _undo(before: tuple[set[str], list[tuple[Registry, set[str]]]], own: Callable[[str, Any], bool]) -> None:
+    """Undo what a plugin that failed half-way did, so that the fixed plugin imports and registers afresh: its
+    own modules (`own(name, module)`: the plugin and its helpers) loaded since are forgotten, and so is every
+    name registered since by an object of theirs. Anything else it imported (a library, an SRO module) stays."""
+    modules, names = before
+    gone = {name for name in set(sys.modules) - modules if own(name, sys.modules[name])}
+    for name in gone:
+        del sys.modules[name]
+    for reg, known in names:
+        for name in set(reg.names()) - known:
+            if getattr(reg.get(name), "__module__", None) in gone:
+                reg.remove(name)
 
 
 def _import_module(name: str, at: str) -> None:
     if name in sys.modules:
         return
-    before = _registered()
+    before = _state()
+    root = name.split(".")[0]
+
+    def own(mod: str, _module: Any) -> bool:
+        return mod == root or mod.startswith(root + ".")
+
     try:
         importlib.import_module(name)
     except ModuleNotFoundError as e:
-        _take_back(before)
+        _undo(before, own)
         if e.name and (name == e.name or name.startswith(e.name + ".")):  # the entry (or its package) itself,
             raise PluginError(f"{at}: no module {name!r} on the Python path; install it, or give the path of its "
                               ".py file") from None  # not a module the plugin imports
         raise _failure(at, e) from None
     except Exception as e:
-        _take_back(before)
+        _undo(before, own)
         raise _failure(at, e) from None
 
 
@@ -87,13 +106,19 @@ def _import_file(path: Path, at: str) -> None:
     if spec is None or spec.loader is None:
         raise PluginError(f"{at}: not a Python module")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
     if str(path.parent) not in sys.path:  # its helper modules beside it import (appended: never shadowing others)
         sys.path.append(str(path.parent))
-    before = _registered()
+    before = _state()
+    sys.modules[name] = module
+
+    def own(mod: str, loaded: Any) -> bool:  # the plugin, and helper modules from its folder
+        file = getattr(loaded, "__file__", None)
+        return mod == name or (file is not None and Path(file).resolve().parent == path.parent)
+
     try:
         spec.loader.exec_module(module)
-    except Exception as e:
-        del sys.modules[name]  # a fixed file is imported afresh, and registers afresh
-        _take_back(before)
+    except BaseException as e:  # a fixed file is imported afresh, and registers afresh
+        _undo(before, own)
+        if not isinstance(e, Exception):
+            raise
         raise _failure(at, e, path) from None

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.envs import ENVIRONMENTS, TextEnv, play
+from evaluators.envs import ENVIRONMENTS, TextEnv, play, resolve_action
 from evaluators.games import GameGenerationError
 from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec, derive_seed, make_task
 from sro.config import ConfigError, load_project
@@ -20,6 +21,15 @@ from sro.plugins import load_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "search_spaces" / "plugins" / "corridor.py"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def own_cache(tmp_path_factory):
+    """Walk caches in a folder of this run's, not the checkout's `runs/.cache` (a cache left by an earlier run
+    would be read back, and a test of the walks would pass on code that no longer makes them)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SRO_CACHE_DIR", str(tmp_path_factory.mktemp("cache")))
+        yield
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -259,17 +269,93 @@ def test_a_plugin_that_cannot_be_imported_is_a_config_error(tmp_path, monkeypatc
 
 
 def test_a_plugin_imports_its_helpers_and_a_fixed_plugin_registers_afresh(tmp_path):
-    (tmp_path / "helpers_for_half.py").write_text("from evaluators.envs import ENVIRONMENTS\n")
+    # the helper registers the environment; the plugin then fails: both are undone, and the fixed plugin works
+    (tmp_path / "shop_helper_env.py").write_text(
+        "from evaluators.envs import ENVIRONMENTS\nclass Half:\n    pass\nENVIRONMENTS.add('half', Half)\n")
     half = tmp_path / "half.py"
-    half.write_text("from helpers_for_half import ENVIRONMENTS\nENVIRONMENTS.add('half', object)\n"
-                    "raise RuntimeError('config file missing')\n")
+    half.write_text("import shop_helper_env\nimport evaluators.textworld_env\nraise RuntimeError('config file missing')\n")
     with pytest.raises(Exception, match=r"half.py: importing it failed \(half.py, line 3\): RuntimeError"):
         load_plugins(["half.py"], tmp_path)
-    assert "half" not in ENVIRONMENTS  # taken back
-    half.write_text("from helpers_for_half import ENVIRONMENTS\nENVIRONMENTS.add('half', object)\n")
+    assert "half" not in ENVIRONMENTS and "shop_helper_env" not in sys.modules  # undone
+    from evaluators.textworld_env import FAMILIES
+    assert "coin_collector" in FAMILIES  # what an SRO module it imported registered stays
+    half.write_text("import shop_helper_env\n")
     load_plugins(["half.py"], tmp_path)
     assert "half" in ENVIRONMENTS
     ENVIRONMENTS.remove("half")
+    (tmp_path / "typo.py").write_text("x = (1,\n")
+    with pytest.raises(Exception, match=r"typo.py: importing it failed \(typo.py, line 1\): SyntaxError"):
+        load_plugins(["typo.py"], tmp_path)
+
+
+def test_a_number_that_is_a_command_is_that_command():
+    assert resolve_action("7", [str(i) for i in range(3, 12)]) == "7"  # not the 7th choice, "9"
+    assert resolve_action("2", ["go east", "look"]) == "look"  # a number that is no command: a choice
+    assert resolve_action("9", ["go east", "look"]) == "9"  # out of range: the text itself
+
+
+def test_an_adapter_without_choices_still_gives_items_and_a_bad_list_is_named(register):
+    from evaluators.envs import StepInfo
+
+    class Free(TextEnv):
+        """Free text (a search box): no admissible list; the walkthrough is the answer."""
+
+        def reset(self, *, seed=None, options=None):
+            return "Type the colour of the sky.", {"step": StepInfo([], "q", walkthrough=["Blue"])}
+
+        def step(self, action):
+            won = action == "Blue"
+            return "done", float(won), True, False, {"step": StepInfo([], "q", won=won)}
+
+    register("free", lambda seed, settings: Free(settings))
+    task = make_task(SourceSpec("env", "free", {"games": 1, "teacher_noise": 1.0}), 0)
+    assert {it.answer for it in task.items(4)} == {"blue"}  # noise has no admissible command to draw: the best
+    assert play(task.make_env(0), lambda obs, st: "Blue").success  # free text reaches the adapter as written
+
+    class Bad(Free):
+        def reset(self, *, seed=None, options=None):
+            return "?", {"step": StepInfo("go north", "q")}  # a string, not a list of commands
+
+    register("bad_list", lambda seed, settings: Bad(settings))
+    with pytest.raises(SourceSpecError, match="environment 'bad_list' at reset: StepInfo.admissible must be a list"):
+        check_source_spec(SourceSpec("env", "bad_list", {}))
+
+
+def test_an_adapter_failing_while_its_source_is_prepared_is_one_line(register):
+    corridor = ENVIRONMENTS.get("corridor")
+
+    def down_after_first(seed, settings, **kw):
+        if seed > 0:
+            raise ConnectionError("simulator unreachable")
+        return corridor(seed, settings, **kw)
+
+    register("down", down_after_first)
+    check_source_spec(SourceSpec("env", "down", {}))  # game 0 answers
+    task = make_task(SourceSpec("env", "down", {"games": 2}), 0)
+    with pytest.raises(GameGenerationError, match="environment 'down' failed on the game of seed 2 while SRO "
+                                                  "prepared its source: ConnectionError: simulator unreachable"):
+        task.items(2)
+    with pytest.raises(GameGenerationError, match="seed 1 .*ConnectionError"):
+        task.signatures()
+
+
+def test_the_walk_cache_key_covers_the_adapters_folder(tmp_path):
+    from evaluators.adapters import code_digest
+
+    (tmp_path / "adapter.py").write_text("def make(seed, settings):\n    pass\n")
+    (tmp_path / "core.py").write_text("RIGHT = 'go north'\n")
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import adapter  # noqa: F401 (the module under test, from tmp_path)
+
+        before = code_digest(adapter.make)
+        assert before == code_digest(functools.partial(adapter.make, 1))  # a partial: its function's folder
+        (tmp_path / "core.py").write_text("RIGHT = 'go south'\n")  # a helper beside it changes
+        assert code_digest(adapter.make) != before
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("adapter", None)
+    assert code_digest(lambda: None) is not None and code_digest(print) is None  # a builtin has no source
 
 
 def test_the_example_project_reads_and_keeps_its_plugin_path():
