@@ -203,9 +203,9 @@ class ProjectConfig(_Strict):
                     "objectives get one inferred from the trials")
     plugins: list[str] = Field(
         default_factory=list,
-        description="Python modules imported before the sources are read, to register environments (`env:` "
-                    "sources), algorithms, designers ...: a module name on the Python path, or a .py file "
-                    "(relative to the project's folder)")
+        description="Python modules imported before the sources are read, to register environments for "
+                    "`env:` sources: a module name on the Python path, or a .py file (relative to the project's "
+                    "folder)")
     start_recipes: list[dict[str, Any] | str] = Field(
         default_factory=list,
         description="recipes trained first, in order, before the optimizer proposes (your current "
@@ -419,19 +419,18 @@ def _read_start_recipes(project: ProjectConfig, base_dir: Path) -> None:
             doc = read_recipe_file(path, f"{at}: {entry}", f"{EXPORT_HOW}, or give the settings as a mapping")
             entry = project.start_recipes[i] = {"values": dict(doc["recipe"].get("values") or {}),
                                                 "fixed": dict(doc["recipe"].get("fixed") or {})}
-        groups = [("", entry)]
+        prefix, settings = "", entry
         if is_exported(entry):
             extra = sorted(set(entry) - {"values", "fixed"})
             if extra or not isinstance(entry.get("fixed") or {}, dict):
                 raise ConfigError(f"{at}: a recipe's `values:` and `fixed:` (as `sro export` writes its `recipe:`) "
                                   f"take no other key and `fixed:` is a mapping (got {extra or entry['fixed']!r})")
             # `fixed:` is the old space's business (any value); what a new space borrows from it is checked there
-            groups = [("values.", entry["values"])]
-        for prefix, settings in groups:
-            for key, v in settings.items():
-                if not isinstance(v, (int, float, str, bool)):
-                    raise ConfigError(f"{at}.{prefix}{key}: {v!r} is not a setting (a number, a string or a bool); "
-                                      "give one value per parameter")
+            prefix, settings = "values.", entry["values"]
+        for key, v in settings.items():
+            if not isinstance(v, (int, float, str, bool)):
+                raise ConfigError(f"{at}.{prefix}{key}: {v!r} is not a setting (a number, a string or a bool); "
+                                  "give one value per parameter")
 
 
 def _check_sources(project: ProjectConfig, base_dir: Path) -> None:

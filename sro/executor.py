@@ -210,7 +210,7 @@ def _check_sources_left(project: ProjectConfig, tasks: dict[str, list[Task]], ex
 
 
 def _keep_held_out_games_apart(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]]) -> None:
-    """Tell every training task that plays games (TextWorld) the held-out games' signatures, so that it
+    """Tell every training task that plays games (TextWorld, env) the held-out games' signatures, so that it
     replaces a game a player could not tell from a held-out one (small game spaces repeat games across
     seeds; until stop 26, 23 of `bench/calibration.py`'s 64 held-out games had a training game's first screen
     and walkthrough, 2 of them the very same game)."""

@@ -24,8 +24,7 @@ from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine
 from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings, proximal_kl_stats
 from trainers.mixture import Mixture
 from trainers.prompts import format_prompt
-from trainers.rollout import (Rollouts, completion_log_dist, completion_logits, completion_logprobs, token_entropy,
-                              token_logprobs)
+from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs, token_entropy
 from trainers.weights import ema_update, frozen_copy
 
 
@@ -312,8 +311,8 @@ class GRPOTrainer:
                     logp = s_dist.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)  # (n, C)
                     ent = token_entropy(s_dist)
                 else:  # no (n, C, V) log-softmax kept for the backward pass (`token_logprobs`)
-                    logits = completion_logits(self.model, ro.input_ids[idx], ro.attention_mask[idx], ro.prompt_len, T)
-                    logp, ent = token_logprobs(logits, tokens, with_entropy=True)  # (n, C) each
+                    logp, ent = completion_logprobs(self.model, ro.input_ids[idx], ro.attention_mask[idx],
+                                                    ro.prompt_len, with_entropy=True, temperature=T)  # (n, C) each
                 p_logp = prox[idx] if prox is not None else logp.detach()
                 # μ: recorded under staleness or reuse; else the rollout is fresh and this is the
                 # update's only pass, so μ is the policy right now (not π_prox, which in ewma mode lags)
