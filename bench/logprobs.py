@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from trainers.rollout import completion_logits, position_ids, token_logprobs  # noqa: E402
+from trainers.rollout import completion_logprobs, position_ids  # noqa: E402
 
 VOCAB, N, PROMPT, COMPLETION = 65_536, 8, 64, 192
 ROUNDS = 5
@@ -64,7 +64,7 @@ def full_path(model, ids, att):
 def selective_path(model, ids, att):
     """Since stop 26: logits at the completion's positions; log-probabilities and entropy from a log-softmax
     taken a chunk of sequences at a time, only the logits kept for the backward pass."""
-    return token_logprobs(completion_logits(model, ids, att, PROMPT), ids[:, PROMPT:], with_entropy=True)
+    return completion_logprobs(model, ids, att, PROMPT, with_entropy=True)  # what the trainers call
 
 
 PATHS = {"until stop 26": full_path, "now": selective_path}
