@@ -6,8 +6,9 @@ so a project can use it without a change to SRO. An entry is a module name on th
 after everything else, so helper modules beside it import). Each is imported once per process: a
 project read twice (a resume, `sro train` after `sro search`) does not register twice, and what a plugin
 that failed half-way did is undone (the modules it loaded, what they registered), so the fixed file
-imports cleanly. Helper modules are imported by their bare names: two projects' plugins in one process
-should not both have a `helpers.py`.
+imports cleanly. One file is one import whatever it is named by: one project's `plugins/envs.py` and
+another's `envs` (the same file on the Python path) share the module and its registrations. Helper modules are
+imported by their bare names: two projects' plugins in one process should not both have a `helpers.py`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from evaluators.registry import Registry
@@ -76,6 +78,15 @@ def _undo(before: tuple[set[str], list[tuple[Registry, set[str]]]], own: Callabl
                 reg.remove(name)
 
 
+def _loaded(path: Path) -> ModuleType | None:
+    """The module already imported from the file `path`, under whatever name."""
+    for module in list(sys.modules.values()):
+        file = getattr(module, "__file__", None)
+        if isinstance(file, str) and file.endswith(path.name) and Path(file).resolve() == path:
+            return module
+    return None
+
+
 def _import_module(name: str, at: str) -> None:
     if name in sys.modules:
         return
@@ -86,6 +97,12 @@ def _import_module(name: str, at: str) -> None:
         return mod == root or mod.startswith(root + ".")
 
     try:
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.has_location and spec.origin:
+            same = _loaded(Path(spec.origin).resolve())  # imported before as a file: the same module
+            if same is not None:
+                sys.modules[name] = same
+                return
         importlib.import_module(name)
     except ModuleNotFoundError as e:
         _undo(before, own)
@@ -101,6 +118,10 @@ def _import_module(name: str, at: str) -> None:
 def _import_file(path: Path, at: str) -> None:
     name = f"sro_plugin_{path.stem}_{hashlib.sha256(str(path).encode()).hexdigest()[:8]}"
     if name in sys.modules:
+        return
+    same = _loaded(path)  # imported before by its module name
+    if same is not None:
+        sys.modules[name] = same
         return
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:

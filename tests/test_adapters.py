@@ -288,6 +288,26 @@ def test_a_plugin_imports_its_helpers_and_a_fixed_plugin_registers_afresh(tmp_pa
         load_plugins(["typo.py"], tmp_path)
 
 
+def test_one_file_named_as_a_module_and_as_a_path_is_imported_once(tmp_path, monkeypatch):
+    # one project lists the file, another the module it is on the Python path: one import, one registration
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "shop_twice_env.py").write_text(
+        "from evaluators.envs import ENVIRONMENTS\nclass Twice:\n    pass\nENVIRONMENTS.add('twice', Twice)\n")
+    (tmp_path / "mods" / "shop_twice_b.py").write_text(
+        "from evaluators.envs import ENVIRONMENTS\nclass TwiceB:\n    pass\nENVIRONMENTS.add('twice_b', TwiceB)\n")
+    try:
+        load_plugins(["mods/shop_twice_env.py"], tmp_path)
+        load_plugins(["shop_twice_env"], tmp_path)
+        assert sys.modules["shop_twice_env"].Twice is ENVIRONMENTS.get("twice")
+        load_plugins(["shop_twice_b"], tmp_path)  # the other order
+        load_plugins(["mods/shop_twice_b.py"], tmp_path)
+        assert ENVIRONMENTS.get("twice_b").__module__ == "shop_twice_b"
+    finally:
+        ENVIRONMENTS.remove("twice")
+        ENVIRONMENTS.remove("twice_b")
+
+
 def test_a_number_that_is_a_command_is_that_command():
     assert resolve_action("7", [str(i) for i in range(3, 12)]) == "7"  # not the 7th choice, "9"
     assert resolve_action("2", ["go east", "look"]) == "look"  # a number that is no command: a choice
