@@ -30,7 +30,8 @@ def start_recipes(entries: Sequence[dict[str, Any]], space: RecipeSpace, where: 
                   note: Callable[[str], None] | None = None) -> list[Recipe]:
     """The project's start recipes as recipes of `space`; `where` names the space for the messages.
     One that does not fit raises `StartRecipeError`, or, given `skip`, is passed to it and left out.
-    `note` is told where a recipe file's fixed setting differs from this space's (which wins)."""
+    `note` is told where a recipe file's fixed setting differs from this space's (which wins), and which of
+    them this space leaves unset (neither fixed nor searched)."""
     out = []
     for i, values in enumerate(entries):
         try:
@@ -85,10 +86,21 @@ def start_recipe(entry: dict[str, Any], space: RecipeSpace, at: str, where: str,
         raise StartRecipeError(f"{at}: {', '.join(dropped)} inactive given the recipe's other settings in {where} "
                                "(their condition does not hold); drop them or change their parent")
     differ = {k: v for k, v in inherited.items() if k in space.fixed and v != space.fixed[k]}
-    if differ and note is not None:  # it trains otherwise than the file says: say so (a ProAS recipe as GRPO)
-        note(f"{at}: the recipe file fixed {', '.join(f'{k}={v!r}' for k, v in sorted(differ.items()))}; "
-             f"{where} fixes {', '.join(f'{k}={space.fixed[k]!r}' for k in sorted(differ))}, which it trains with")
+    unset = {k: v for k, v in inherited.items() if k not in space.fixed and k not in names}
+    if (differ or unset) and note is not None:  # it trains otherwise than the file says: say so
+        said = []
+        if differ:  # a ProAS recipe trained as GRPO
+            said.append(f"the recipe file fixed {_settings(differ)}; {where} fixes "
+                        f"{_settings({k: space.fixed[k] for k in differ})}, which it trains with")
+        if unset:  # the file's `beta: 0.0` in a space that leaves beta to the trainer's default
+            said.append(f"the recipe file fixed {_settings(unset)}, which {where} neither fixes nor searches "
+                        "(its trials take SRO's defaults there; fix them in the space to keep them)")
+        note(f"{at}: {'; '.join(said)}")
     return Recipe(canonical, dict(space.fixed))
+
+
+def _settings(values: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v!r}" for k, v in sorted(values.items()))
 
 
 def next_start(starts: Sequence[Recipe], tried: set[str]) -> Recipe | None:

@@ -95,7 +95,11 @@ def test_an_exported_recipe_takes_the_settings_its_space_fixed_where_this_space_
     notes: list[str] = []
     assert start_recipes([exported], SPACE, "space v1", note=notes.append) == [r]
     assert notes == ["start_recipes[0]: the recipe file fixed max_new_tokens=16; space v1 fixes max_new_tokens=8, "
-                     "which it trains with"]
+                     "which it trains with; the recipe file fixed beta=0.0, which space v1 neither fixes nor searches "
+                     "(its trials take SRO's defaults there; fix them in the space to keep them)"]
+    notes.clear()
+    start_recipes([{**exported, "fixed": {"algorithm": "grpo", "max_new_tokens": 8}}], SPACE, "v1", note=notes.append)
+    assert notes == []  # nothing the file fixed is trained otherwise
     proas = start_recipe({**exported, "fixed": {**exported["fixed"], "algorithm": "proas"}}, SPACE, "x", "v1")
     assert proas.values["algorithm"] == "proas" and proas.values["proas.lambda"] == 0.3
     # the file's values win over its fixed settings; a flat mapping borrows nothing
