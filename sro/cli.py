@@ -71,6 +71,13 @@ def search(
     except KeyboardInterrupt:
         _fail("search interrupted; finished trials are kept — rerun the same command to resume", 130)
         return
+    except Exception as e:
+        from sro.search import RepeatedFailure
+
+        if not isinstance(e, RepeatedFailure):
+            raise
+        _fail(str(e), 1)  # the environment, not the input
+        return
     _show_table(summary.run_dir)
     base = summary.base_scores
     winners = [r for r in summary.trials if r.beats(base, proj.lower_is_better())]

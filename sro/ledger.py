@@ -10,6 +10,7 @@ and on any host once the trial has recorded no heartbeat (Optuna's, in the stora
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -84,6 +85,10 @@ and cost): it ends the trial first and writes the note after, since attributes w
 land on a trial its owner ends at the same moment (a failed trial would then read as interrupted and
 be run again)."""
 
+REQUEUED = "requeued/"
+"""Study attribute prefix of the note `Ledger.requeue` leaves on a failed trial whose error was the
+environment's (the same error in several trials in a row): the trial reads as interrupted, to be run again."""
+
 WORKER_TIME = "worker_s/"
 """Study attribute prefix of each worker's own time outside training (`Ledger.add_worker_time`); studies
 from before stop 20 kept the set-up time alone, in `setup_wall_s`."""
@@ -124,12 +129,41 @@ def distributions(space: RecipeSpace, values: dict[str, Any]) -> dict[str, BaseD
     return out
 
 
+class NoStudyError(ConfigError):
+    """A read-only command pointed at a run folder or storage that holds no study."""
+
+
+def scored_on(project: ProjectConfig) -> dict[str, Any]:
+    """What a trial's scores depend on besides its recipe: the base model, the seed, every domain's sources
+    and benchmarks, the completion length and the tiny model's pre-training. A study keeps it, and a project
+    that differs there is refused: its trials would be compared with others measured on something else."""
+    data = project.portable_dump()
+    return {"base_model": data.get("base_model"), "seed": data.get("seed"), "domains": data.get("domains"),
+            "max_new_tokens": project.runtime.max_new_tokens,
+            "tiny_pretrain_steps": project.runtime.tiny_pretrain_steps}
+
+
+def _differences(old: Any, new: Any, at: str = "") -> list[str]:
+    """Key paths where two plain-data trees differ, with the two values (`benchmarks[0].size: 200 → 50`)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [d for k in [*old, *(k for k in new if k not in old)]
+                for d in _differences(old.get(k), new.get(k), f"{at}.{k}" if at else str(k))]
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new)) for d in _differences(a, b, f"{at}[{i}]")]
+    return [] if old == new else [f"{at}: {json.dumps(old)} → {json.dumps(new)}"]
+
+
 class Ledger:
-    def __init__(self, project: ProjectConfig, run_dir: str | Path) -> None:
+    def __init__(self, project: ProjectConfig, run_dir: str | Path, create: bool = True) -> None:
+        """`create=False` (the read-only commands): a missing study is `NoStudyError`, and nothing is
+        written where there was none."""
         self.project = project
         self.run_dir = Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         url = project.storage or f"sqlite:///{self.run_dir / 'study.db'}"
+        if not create and project.storage is None and not (self.run_dir / "study.db").is_file():
+            raise NoStudyError(f"{self.run_dir} has no study.db: no trial has been recorded there yet (run "
+                               "`sro search` on its project first)")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
         self.heartbeat_s = int(project.heartbeat_s)
@@ -145,9 +179,15 @@ class Ledger:
                     warnings.simplefilter("ignore", ExperimentalWarning)
                     self.storage = optuna.storages.RDBStorage(url, heartbeat_interval=self.heartbeat_s,
                                                               grace_period=STALE_BEATS * self.heartbeat_s)
-                self.study = optuna.create_study(study_name=project.name, storage=self.storage,
-                                                 directions=directions, load_if_exists=True)
+                if create:
+                    self.study = optuna.create_study(study_name=project.name, storage=self.storage,
+                                                     directions=directions, load_if_exists=True)
+                else:
+                    self.study = optuna.load_study(study_name=project.name, storage=self.storage)
                 break
+            except KeyError:  # load_study: no such study in the storage
+                raise NoStudyError(f"storage {_shown(url)} has no study {project.name!r} (run `sro search` on its "
+                                   "project first)") from None
             except sqlalchemy.exc.SQLAlchemyError as e:
                 # workers started together race to create the storage's tables or the study (a
                 # unique-constraint or "database is locked" error); the loser finds them made
@@ -161,6 +201,14 @@ class Ledger:
                               f"{[k for k, _ in self.objectives]} (its trials were scored on others); use a new "
                               "project name, or put the objectives back")
         self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
+        kept, now = self.get("scored_on"), scored_on(project)
+        if kept is None:  # a new study, or one older than this check
+            self.put("scored_on", now)
+        elif (differ := _differences(kept, now)):
+            more = f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""
+            raise ConfigError(f"study {project.name!r} in {self.run_dir} was scored with another project: "
+                              f"{'; '.join(differ[:3])}{more}; its trials would be compared with trials measured "
+                              "otherwise: use a new `name:` for the changed project, or put those settings back")
         self.recover()
 
     # --- study-level facts --------------------------------------------------------------------
@@ -196,14 +244,31 @@ class Ledger:
         gone, or a trial on any host with no heartbeat for `STALE_BEATS` intervals."""
         host, out = socket.gethostname(), []
         stale = set(self.storage._get_stale_trial_ids(self.study._study_id))  # Optuna's own heartbeat table
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        grace = STALE_BEATS * self.heartbeat_s
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        silent = _never_beat(self.storage, [t._trial_id for t in running])
+        for t in running:
             pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
-            if t._trial_id in stale:
+            if t._trial_id in silent and time.time() - float(t.user_attrs.get("started", time.time())) > grace:
+                # killed between its claim and its first heartbeat, which Optuna never takes for dead
+                why = f"interrupted: no heartbeat from {thost} (pid {pid}) since its claim over {grace}s ago"
+            elif t._trial_id in stale:
                 why = (f"interrupted: no heartbeat from {thost} (pid {pid}) for over "
                        f"{STALE_BEATS * self.heartbeat_s}s")
-            elif thost == host and pid is not None and not _alive(int(pid)):
+            elif thost == host and pid is not None and not _alive(int(pid), t.user_attrs.get("pid_started")):
                 why = "interrupted: its process died"
             else:
+                continue
+            outcome = t.user_attrs.get("outcome")
+            if outcome is not None:  # its process died after recording how it ended, before saying it ended
+                try:
+                    values = outcome["values"]
+                    state = (TrialState.COMPLETE if values is not None and all(map(math.isfinite, values))
+                             else TrialState.FAIL if values is not None else TrialState[outcome["state"]])
+                    _again(lambda t=t, s=state, v=values: self.storage.set_trial_state_values(
+                        t._trial_id, s, v if s == TrialState.COMPLETE else None))
+                except UpdateFinishedTrialError:
+                    pass
                 continue
             try:  # the state first: whoever ends a trial first owns its outcome (its owner, or this)
                 _again(lambda t=t: self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
@@ -233,6 +298,7 @@ class Ledger:
         frozen = optuna.trial.create_trial(
             state=TrialState.RUNNING, params={k: recipe.values[k] for k in dists}, distributions=dists,
             user_attrs={"recipe": recipe.to_dict(), "key": recipe.key, "pid": os.getpid(),
+                        "pid_started": _process_started(os.getpid()),
                         "host": socket.gethostname(), "space_version": space.version, "started": time.time()})
         trial = optuna.Trial(self.study, _again(lambda: self.storage.create_new_trial(self.study._study_id,
                                                                                     template_trial=frozen)))
@@ -321,6 +387,12 @@ class Ledger:
         self._close(trial, TrialState.FAIL, {"message": "interrupted by the user", "interrupted": True,
                                              "curve": curve, "cost": cost or {}})
 
+    def requeue(self, numbers: Collection[int], why: str) -> None:
+        """Turn failed trials into interrupted ones (`why` their message; their cost stays spent): their
+        recipes are run again, as a dead worker's are. For failures that were not the recipe's doing."""
+        for n in numbers:
+            _again(lambda n=n: self.study.set_user_attr(f"{REQUEUED}{n}", f"interrupted: {why}"[:2000]))
+
     def release(self, trial: optuna.Trial, why: str) -> None:
         """After a trial, whatever happened: stop its heartbeat and, if no path above recorded how it
         ended (an unexpected exception), mark it interrupted so that it is run again."""
@@ -351,6 +423,9 @@ class Ledger:
         try:
             for k, v in attrs.items():
                 _again(lambda k=k, v=v: trial.set_user_attr(k, v))
+            # written last: a kill between here and the `tell` leaves the outcome whole, and `recover` ends
+            # the trial with it (until stop 28 a finished trial killed there was rerun as interrupted)
+            _again(lambda: trial.set_user_attr("outcome", {"state": state.name, "values": values}))
             # values given: Optuna decides (COMPLETE, or FAIL with a warning for nan values)
             _again(lambda: self.study.tell(trial, values, state=None if values is not None else state))
             self._closed.add(trial._trial_id)
@@ -383,6 +458,10 @@ class Ledger:
                     note = note or {"message": "interrupted: marked by another worker (its note is missing)",
                                     "cost": a.get("so_far", {})}
                     a = {**a, **note, "interrupted": True}
+            if t.state == TrialState.FAIL and "interrupted" not in a:
+                notes = self.study.user_attrs if notes is None else notes
+                if f"{REQUEUED}{t.number}" in notes:  # `requeue`: failed by the environment, run again
+                    a = {**a, "message": notes[f"{REQUEUED}{t.number}"], "interrupted": True}
             if a.get("interrupted") and t.state == TrialState.FAIL:
                 state = "interrupted"
             elif t.state == TrialState.PRUNED:
@@ -443,6 +522,18 @@ STORAGE_ERRORS = (StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 """Anything the storage raises: never a recipe's failure (a trial it ends is interrupted, run again)."""
 
 
+def _never_beat(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> set[int]:
+    """Those of `trial_ids` that have no heartbeat at all (Optuna's stale check skips them)."""
+    if not trial_ids:
+        return set()
+    from optuna.storages._rdb import models
+
+    with storage.scoped_session() as session:
+        beat = {i for (i,) in session.query(models.TrialHeartbeatModel.trial_id)
+                .filter(models.TrialHeartbeatModel.trial_id.in_(trial_ids)).all()}
+    return set(trial_ids) - beat
+
+
 def _shown(url: str) -> str:
     """A storage URL as it may be printed: its password masked."""
     try:
@@ -463,12 +554,25 @@ def _again(write: Callable[[], Any], attempts: int = 5) -> Any:
             time.sleep(0.5 * 2**attempt)
 
 
-def _alive(pid: int) -> bool:
+def _process_started(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, from /proc; None where there is no /proc): with
+    the pid it names one process, since pids are reused (a container's entrypoint gets the same pid after
+    every restart)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat.rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _alive(pid: int, started: int | None = None) -> bool:
+    """Whether process `pid` runs, and is the one that started at `started` (when both are known)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    now = _process_started(pid) if started is not None else None
+    return now is None or now == started
 

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import yaml
 from jinja2 import Template
 
+from evaluators.files import write_whole
 from sro.ledger import TrialRecord
 from sro.pareto import front_numbers
 from sro.pruning import saved_budget
@@ -44,15 +45,37 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
     from sro.config import ProjectConfig
     from sro.ledger import Ledger
 
+    from pydantic import ValidationError
+
     proj_path = run_dir / "project.yaml"
     if not proj_path.is_file():
-        raise FileNotFoundError(f"{run_dir} has no project.yaml; is it a folder written by `sro search`?")
-    data = yaml.safe_load(proj_path.read_text())
-    project = ProjectConfig.model_validate(data)
-    ledger = Ledger(project, run_dir)
-    info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(), "overlap": ledger.get("overlap", {}),
-            "hypervolume": ledger.get("hypervolume", {}), "lower": project.lower_is_better()}
-    return data, ledger.records(), info
+        if not run_dir.exists():
+            raise FileNotFoundError(f"{run_dir}: no such folder; pass a run folder, runs/<name>")
+        if not run_dir.is_dir():
+            raise FileNotFoundError(f"{run_dir} is a file; pass a run folder, runs/<name>")
+        runs = sorted(str(p.parent) for p in run_dir.glob("*/project.yaml"))
+        hint = f"; its run folders: {', '.join(runs[:5])}" if runs else "; is it a folder written by `sro search`?"
+        raise FileNotFoundError(f"{run_dir} has no project.yaml{hint}")
+    try:
+        data = yaml.safe_load(proj_path.read_text())
+        project = ProjectConfig.model_validate(data)
+    except (yaml.YAMLError, ValidationError) as e:  # e.g. cut short by a kill while it was written
+        first = str(e).strip().splitlines()[0]
+        raise FileNotFoundError(f"{proj_path} is not a readable project ({type(e).__name__}: {first}); rerun "
+                                "`sro search` with the project file, which writes it again") from None
+    ledger = Ledger(project, run_dir, create=False)  # a folder without a study stays without one
+
+    records = ledger.records()
+    hv = ledger.get("hypervolume", {})
+    if sorted(hv.get("trials", [])) != sorted(r.number for r in records if r.state == "complete"):
+        # a kill after a trial's result left the stored history a trial short: computed from the trials (only
+        # then: it loads torch, which these commands otherwise never do)
+        from sro.optimizer.hypervolume import hypervolume_history
+
+        hv = hypervolume_history(records, project.objective_directions(), project.reference_point)
+    info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(records),
+            "overlap": ledger.get("overlap", {}), "lower": project.lower_is_better(), "hypervolume": hv}
+    return data, records, info
 
 
 def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], base: dict[str, float]) -> go.Figure:
@@ -161,8 +184,8 @@ def write_report(run_dir: str | Path) -> Path:
         pruning_line=(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "
                       f"steps (~{saved['seconds']:.0f} s)" if saved["trials"] else ""), header=header, rows=rows)
     out = run_dir / "report.html"
-    out.write_text(page)
-    (run_dir / "trials.json").write_text(json.dumps(
+    write_whole(out, page)  # whole: a kill while writing leaves the last report, not half of one
+    write_whole(run_dir / "trials.json", json.dumps(
         [{"number": r.number, "state": r.state, "scores": r.scores, "cost": r.cost, "recipe": r.recipe.to_dict(),
           "message": r.message} for r in records], indent=1, default=str))
     return out

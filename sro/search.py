@@ -4,9 +4,11 @@ record until the budget is spent. Everything lands in the ledger as it happens, 
 from __future__ import annotations
 
 import logging
+import re
 import sys
 import time
 import traceback
+from collections import Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from evaluators.files import write_whole
 from sro.budget import COSTS, Budget, BudgetError, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
@@ -117,11 +120,44 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
         raise SpaceError(f"{path}: {e}") from None
 
 
+MAX_CRASHES = 3
+"""A recipe whose trial was interrupted this many times other than by the user (its process died: out of
+memory, a segfault, a kill) is not run again: retried first on every resume, it would take down every
+worker that picks it up, for ever."""
+
+SAME_FAILURES = 3
+"""Trials in a row of one worker that fail with the same error (numbers aside) stop the search: a model
+file that no longer loads, a full disk or a missing library fails every recipe, and would spend the whole
+budget on failed trials."""
+
+
+RECIPES_OWN = ("OutOfMemoryError", "MemoryError", "TrialFailed")
+"""Failures that are the recipe's own even when several come in a row (a search exploring large batches
+runs out of memory on each): they never stop the search."""
+
+
+class RepeatedFailure(RuntimeError):
+    """The search stopped because its last trials all failed the same way (`SAME_FAILURES`)."""
+
+
+def _signature(message: str) -> str:
+    """A failure's error without its numbers (an allocation's size, a trial's step): what repeats."""
+    return re.sub(r"\d+(\.\d+)?", "#", message.strip().split("\n")[0])
+
+
+def crashed(records: list[TrialRecord]) -> dict[str, int]:
+    """Recipes (by key) interrupted `MAX_CRASHES` times or more other than by the user, with the count."""
+    counts = Counter(r.recipe.key for r in records if r.state == "interrupted" and "by the user" not in r.message)
+    return {k: n for k, n in counts.items() if n >= MAX_CRASHES}
+
+
 def _retry(records: list[TrialRecord], space: RecipeSpace) -> Recipe | None:
     """The oldest recipe to run again before proposing: one whose worker died mid-trial (`interrupted`)
     or whose training the budget cut short (`stopped`), unless the study has finished or is running the
-    same recipe (another worker took it up), or the search space has since been redesigned without it."""
+    same recipe (another worker took it up), the search space has since been redesigned without it, or it
+    has crashed its process `MAX_CRASHES` times."""
     taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
+    taken |= set(crashed(records))
     # as this space holds it (`in_space`: same key), so a setting an earlier version fixed and this one
     # searches is among its values (claiming the raw recipe raised KeyError on every resume)
     return next((r.recipe for r in in_space(space, [r for r in records if r.state in ("interrupted", "stopped")])
@@ -215,14 +251,14 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                 why = f"the budget ({stop})" if stop else "the wall-clock budget"
                 msg = f"stopped by {why} at step {len(out.curve)} of {steps}; its scores are those of the partial training"
                 ledger.end_early(trial, "stopped", out.scores, out.cost, out.curve, msg)
-                progress.console.print(f"[yellow]trial {trial.number} {msg}[/]: {_fmt_scores(out.scores)}")
+                progress.console.print(f"[yellow]trial {trial.number} {escape(msg)}[/]: {_fmt_scores(out.scores)}")
             else:
                 ledger.finish(trial, out.scores, out.cost, out.curve, out.metrics)
                 mark = "[green]beats base on every benchmark[/]" if beats_base(out.scores, base, lower) else ""
                 progress.console.print(f"trial {trial.number}: {_fmt_scores(out.scores)}  "
                                        f"({out.cost['wall_s']:.0f}s) {mark}")
             for note in out.notes:
-                progress.console.print(f"[yellow]trial {trial.number}: {note}[/]", highlight=False)
+                progress.console.print(f"[yellow]trial {trial.number}: {escape(note)}[/]", highlight=False)
         except KeyboardInterrupt:
             ledger.interrupt(trial, curve, cost_so_far())
             progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
@@ -233,11 +269,11 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                                e.step, steps, train_s=training_seconds(curve, e.eval_s), scoring_s=ctx.score_s)
             ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
                              str(e))
-            progress.console.print(f"[yellow]trial {trial.number} {e}[/]; saved {cost['saved_steps']:.0f} "
+            progress.console.print(f"[yellow]trial {trial.number} {escape(str(e))}[/]; saved {cost['saved_steps']:.0f} "
                                    f"steps (~{cost['saved_s']:.0f}s)")
         except TrialCollapsed as e:  # the failure clock fired: stopped early, the samples it used kept
             ledger.end_early(trial, "collapsed", {}, e.cost, e.curve, str(e))
-            progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {e}")
+            progress.console.print(f"[yellow]trial {trial.number} collapsed[/]: {escape(str(e))}")
         except STORAGE_ERRORS:
             raise  # the storage, not the recipe: released below as interrupted, and run again
         except Exception as e:  # the recipe's own failure (diverged, out of memory, an error it triggers):
@@ -245,7 +281,7 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
             # resume and stop every worker the same way
             msg = f"{type(e).__name__}: {e}"
             ledger.fail(trial, msg + "\n" + traceback.format_exc(limit=3), cost_so_far(), curve)
-            progress.console.print(f"[red]trial {trial.number} failed[/]: {msg}")
+            progress.console.print(f"[red]trial {trial.number} failed[/]: {escape(msg)}", highlight=False)
     finally:
         exc = sys.exc_info()[1]
         ledger.release(trial, "its worker stopped during the trial" + (f" ({type(exc).__name__}: {exc})"
@@ -277,7 +313,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     _check_gpu_budget(budget, project, console)
     run_dir = runs_root / project.name
     ledger = Ledger(project, run_dir)
-    (run_dir / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
+    # atomic: a kill while it is written must not leave the run's project unreadable
+    write_whole(run_dir / "project.yaml", yaml.safe_dump(project.portable_dump(), sort_keys=False))
     history = ledger.records()
     done = [r for r in history if r.finished]
     if done:
@@ -285,7 +322,11 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     reason = budget.exhausted(ledger.spent().finished_only())  # others' running trials: the loop waits on them
     if reason:
         console.print(f"budget {budget} already spent ({reason}); raise --budget to search further")
-        return SearchSummary(run_dir, ledger.get("base_scores", {}), history, reason)
+        from sro.report import write_report
+
+        summary = SearchSummary(run_dir, ledger.get("base_scores", {}), history, reason)
+        summary.report = write_report(run_dir)  # a kill after the last trial may have left it a trial short
+        return summary
 
     if project.start_recipes and not history and ledger.shared_space() is None:
         # a new study with a written space: a start recipe outside it fails now, not after the base model's
@@ -316,7 +357,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     base = ledger.get("base_scores")
     if base is None or ledger.get("base_path") != ctx.base_path:
         with console.status("scoring the base model on the held-out benchmarks ..."):
-            base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
+            base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{escape(m)}[/]", highlight=False))
         ledger.put("base_scores", base)
         ledger.put("base_path", ctx.base_path)
     ledger.put("overlap", ctx.overlap)
@@ -340,6 +381,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
 
     progress = _progress(console)
     waiting = False
+    given_up: set[str] = set()
+    failures: list[TrialRecord] = []  # this worker's trials in a row that failed
     with progress:
         bar = progress.add_task("search", total=1.0, info=str(budget))
         while True:
@@ -365,6 +408,11 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             waiting = False
             if reason:
                 break
+            for key, n in crashed(records).items():
+                if key not in given_up:
+                    given_up.add(key)
+                    progress.console.print(f"[yellow]recipe {key} was interrupted {n} times by its process ending "
+                                           "(out of memory? a crash?); it is not run again[/]")
             recipe: Recipe | None = _retry(records, space)
             if recipe is None and (recipe := next_start(starts, {r.recipe.key for r in records})) is not None:
                 progress.console.print(f"start recipe {starts.index(recipe) + 1} of {len(starts)} "
@@ -381,7 +429,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 recipe = proposed[0]
             trial = ledger.start(recipe, space, budget.trials)
             if trial is None:  # another worker on this storage claimed the recipe, or the last trial, first
-                progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {ledger.withdrawal}[/]")
+                progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {escape(ledger.withdrawal)}[/]")
                 continue
             t_train = time.monotonic()
             # proposing and claiming count before the trial starts: its wall-clock limit leaves them out
@@ -393,6 +441,18 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 break
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this
+            ended = next((r for r in ledger.records() if r.number == trial.number), None)
+            failures = [*failures, ended] if ended is not None and ended.state == "failed" and not ended.message.startswith(
+                RECIPES_OWN) else []
+            if len(failures) >= SAME_FAILURES and len({_signature(r.message) for r in failures[-SAME_FAILURES:]}) == 1:
+                last = failures[-SAME_FAILURES:]
+                numbers = ", ".join(str(r.number) for r in last)
+                ledger.requeue([r.number for r in last], f"failed with an error that {SAME_FAILURES} trials in a row "
+                                                          "had (the environment's, not the recipe's)")
+                raise RepeatedFailure(
+                    f"trials {numbers} failed in a row with the same error: {last[-1].message.splitlines()[0]}; "
+                    "that is most likely the environment (the model's files, the disk, a library), not the "
+                    "recipes. Fix it and rerun the same command: those recipes run again first")
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
             ledger.put("score_s", round(ctx.score_s, 2))
             shared = ledger.shared_space()

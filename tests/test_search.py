@@ -441,7 +441,7 @@ def test_a_gpu_hour_budget_on_a_cpu_worker_is_refused_alone_and_flagged_beside_a
 
 def test_cli_missing_run_dir(tmp_path):
     r = run("report", str(tmp_path / "nope"), cwd=tmp_path)
-    assert r.returncode == 2 and "no project.yaml" in r.stderr
+    assert r.returncode == 2 and "nope: no such folder; pass a run folder" in r.stderr
 
 
 def _run_with_one_trial(project, run_dir: Path) -> Ledger:
@@ -451,6 +451,9 @@ def _run_with_one_trial(project, run_dir: Path) -> Ledger:
     space = RecipeSpace.from_yaml(SMALL_SPACE)
     trial = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
     ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    from sro.optimizer.hypervolume import hypervolume_history
+
+    ledger.put("hypervolume", hypervolume_history(ledger.records(), project.objective_directions()))
     return ledger
 
 
@@ -644,3 +647,83 @@ def test_the_reports_hypervolume_note_names_a_stated_reference_point(micro_proje
     assert "the project's reference_point for arithmetic/add, 10% of the range below the worst observed " \
            "value for the others" in page
     assert "maximization frame (cost negated)" in page  # every minimized objective named (was: always "cost")
+
+
+def test_read_commands_never_make_a_study_and_the_report_recomputes_the_hypervolume(micro_project, tmp_path):
+    """`sro report` on a run folder whose study.db is gone made an empty one and overwrote trials.json and
+    report.html with empty ones (a review, stop 28); and the stored hypervolume history, written after each
+    trial, is a trial short when a kill came between a trial's result and it."""
+    from sro.report import _load
+
+    project = load_project(micro_project("readonly"))
+    run = tmp_path / "runs" / "readonly"
+    run.mkdir(parents=True)
+    (run / "project.yaml").write_text(yaml.safe_dump(project.portable_dump()))
+    (run / "trials.json").write_text('[{"number": 0}]')
+    for args in (["report", str(run)], ["show", str(run)], ["export", str(run), "--trial", "0"]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and "has no study.db" in res.output, args
+    assert not (run / "study.db").exists() and (run / "trials.json").read_text() == '[{"number": 0}]'
+    ledger = Ledger(project, run)
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    t = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
+    ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])  # killed before the history was stored
+    assert ledger.get("hypervolume") is None
+    assert _load(run)[2]["hypervolume"]["trials"] == [0]
+    (run / "project.yaml").write_text("name: readonly\ndomains: {a: [")  # cut short
+    res = CliRunner().invoke(app, ["show", str(run)])
+    assert res.exit_code == 2 and "is not a readable project" in res.output and "Traceback" not in res.output
+    for where, needle in ((tmp_path / "nope", "no such folder"), (tmp_path / "runs", "its run folders: ")):
+        res = CliRunner().invoke(app, ["show", str(where)])
+        assert res.exit_code == 2 and needle in res.output
+
+
+def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_project, tmp_path):
+    """The same name with another benchmark size (or sources, seed, base model) was resumed and its old
+    trials compared with the new ones (a review, stop 28); what only steers the search may change."""
+    from sro.config import ConfigError
+
+    Ledger(load_project(micro_project("same")), tmp_path / "same")
+    text = micro_project("same").read_text()
+    edited = micro_project("same", "heartbeat_s: 30\npruning: {enabled: false}\n")  # steering only: resumes
+    Ledger(load_project(edited), tmp_path / "same")
+    assert "size: 24" in text
+    edited.write_text(text.replace("size: 24", "size: 12"))
+    with pytest.raises(ConfigError, match=r"scored with another project: domains\.arithmetic\.benchmarks.*size: "
+                                          r"24 → 12; .*use a new `name:`"):
+        Ledger(load_project(edited), tmp_path / "same")
+
+
+def test_a_trial_killed_after_its_result_completes_and_one_killed_before_its_first_beat_is_rerun(
+        micro_project, tmp_path, monkeypatch):
+    """Kill windows a review found (stop 28): after a trial's result was written but before the trial was
+    told finished (it was rerun as interrupted); between a claim and its first heartbeat (a trial Optuna
+    never takes for dead: on another machine, workers waited on it for ever); and a dead trial whose pid a
+    live process has since taken (it waited out the heartbeat grace, 10 minutes by default)."""
+    import time
+
+    project = load_project(micro_project("windows", "heartbeat_s: 1\n"))
+    ledger = Ledger(project, tmp_path / "windows")
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    a, b = (Recipe(v, dict(space.fixed)) for v in space.sobol(2, seed=0))
+    t = ledger.start(a, space)
+    ledger._stop_heartbeat(t)
+    monkeypatch.setattr(ledger.study, "tell", lambda *args, **kw: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):  # the kill, just before the tell
+        ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    t.set_user_attr("pid", dead.pid)
+    u = optuna.Trial(ledger.study, ledger.storage.create_new_trial(ledger.study._study_id, optuna.trial.create_trial(
+        state=optuna.trial.TrialState.RUNNING, user_attrs={"recipe": b.to_dict(), "key": b.key, "pid": 1,
+                                                           "host": "otherhost", "started": time.time() - 60})))
+    # and a trial of this host whose pid now names another process (pids are reused: pid 1 in a container)
+    c = ledger.start(Recipe(space.sobol(3, seed=0)[2], dict(space.fixed)), space)
+    ledger._stop_heartbeat(c)
+    c.set_user_attr("pid", 1)
+    c.set_user_attr("pid_started", -1)
+    reopened = Ledger(project, tmp_path / "windows")
+    recs = reopened.records()
+    assert [(r.number, r.state) for r in recs] == [(0, "complete"), (1, "interrupted"), (2, "interrupted")]
+    assert recs[0].scores == {"arithmetic/add": 0.5} and "since its claim" in recs[1].message
+    assert u.number == 1 and "its process died" in recs[2].message

@@ -394,3 +394,61 @@ def test_no_trial_starts_when_proposing_spent_the_rest_of_the_budget(micro_proje
     (runs / "late" / "space.yaml").write_text(SPACE.format(fixed="seed: 0"))
     summary = run_search(load_project(micro_project("late")), Budget.parse("1h"), runs, "random", Console(quiet=True))
     assert ran == [] and summary.trials == [] and "wall time spent" in summary.stop_reason
+
+
+def test_the_same_error_in_trials_in_a_row_stops_the_search_and_runs_them_again_later(micro_project, tmp_path,
+                                                                                      monkeypatch):
+    """A model file cut short failed every recipe in 3 s and the search burnt its whole budget on failed
+    trials that were never run again (a review, stop 28). Three in a row with one error stop the search; they
+    read as interrupted, so the fixed environment runs them first. Errors print as text, not markup."""
+    import io
+
+    import sro.search as search_mod
+
+    def broken(recipe, ctx, max_seconds=None, on_step=None, on_checkpoint=None):
+        raise OSError(f"model.safetensors: header of {len(recipe.key) * 7} bytes is cut short [/tmp/x] 'sro[vllm]'")
+
+    monkeypatch.setattr(search_mod, "run_trial", broken)
+    runs = tmp_path / "runs"
+    (runs / "env").mkdir(parents=True)
+    (runs / "env" / "space.yaml").write_text(SPACE.format(fixed="seed: 1"))
+    project = load_project(micro_project("env"))
+    out = io.StringIO()
+    with pytest.raises(search_mod.RepeatedFailure, match=r"trials 0, 1, 2 failed in a row with the same error: "
+                                                         r"OSError: model.safetensors"):
+        run_search(project, Budget.parse("6trials"), runs, "random", Console(file=out, width=300))
+    assert "'sro[vllm]'" in out.getvalue()  # not eaten as a markup tag
+    from sro.ledger import Ledger
+
+    records = Ledger(project, runs / "env").records()
+    assert [r.state for r in records] == ["interrupted"] * 3 and "not the recipe's" in records[0].message
+    space = search_mod._written_space(runs / "env")
+    assert search_mod._retry(records, space) == records[0].recipe
+    # the recipe's own failures in a row (out of memory: a search exploring large batches) go on
+    monkeypatch.setattr(search_mod, "run_trial", lambda *a, **k: (_ for _ in ()).throw(MemoryError("4096 rollouts")))
+    (runs / "oom").mkdir(parents=True)
+    (runs / "oom" / "space.yaml").write_text(SPACE.format(fixed="seed: 2"))
+    summary = run_search(load_project(micro_project("oom")), Budget.parse("3trials"), runs, "random", Console(quiet=True))
+    assert [t.state for t in summary.trials] == ["failed"] * 3
+
+
+def test_a_recipe_whose_process_keeps_dying_is_given_up():
+    """A recipe that got its worker killed (out of memory, a segfault) was retried first on every resume, for
+    ever, taking down each worker (a review, stop 28): after `MAX_CRASHES` such ends it is not run again. The
+    user's Ctrl-C is no such end."""
+    import sro.search as search_mod
+    from sro.ledger import TrialRecord
+    from sro.recipe import Recipe
+    from sro.space import RecipeSpace
+
+    space = RecipeSpace.from_yaml(SPACE.format(fixed="seed: 1"))
+    a, b = (Recipe(v, dict(space.fixed)) for v in space.sobol(2, seed=0))
+
+    def ends(recipe, message, n):
+        return [TrialRecord(i, "interrupted", recipe, message=message) for i in range(n)]
+
+    died = "interrupted: its process died"
+    assert search_mod._retry(ends(a, died, 2), space) == a
+    assert search_mod.crashed(ends(a, died, 3)) == {a.key: 3}
+    assert search_mod._retry(ends(a, died, 3) + ends(b, died, 1), space) == b
+    assert search_mod._retry(ends(a, "interrupted by the user", 5), space) == a
