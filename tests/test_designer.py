@@ -582,3 +582,29 @@ def test_sro_design_over_a_malformed_space_file_is_a_one_line_error(micro_projec
     (tmp_path / "runs" / "bad" / "space.yaml").write_text("params: {lr: [")
     r = CliRunner().invoke(app, ["design", str(micro_project("bad")), "--runs", str(tmp_path / "runs")])
     assert r.exit_code == 2 and "space.yaml: not valid YAML" in r.output and "Traceback" not in r.output
+
+
+def test_a_truncated_catalog_cache_is_measured_again_not_a_traceback(tmp_path, monkeypatch):
+    """A catalog cache cut short (a kill mid-write, or a second worker reading while the first writes)
+    is a cache miss: the facts are measured again and the file rewritten whole. It was a JSONDecodeError
+    traceback on every later `sro design` and every new search of the project."""
+    from types import SimpleNamespace
+
+    import trainers.models
+    from sro.designer.catalog import _measure
+
+    project = _math_project()
+    calls: list[str] = []
+
+    def load_policy(path, device, **kw):
+        calls.append(path)
+        return None, None
+
+    monkeypatch.setattr(trainers.models, "load_policy", load_policy)
+    ctx = SimpleNamespace(project=project, base_path="base", tasks={}, pass_rates=lambda: {})
+    first = _measure(ctx, tmp_path / "cache")
+    (path,) = (tmp_path / "cache").glob("catalog-*.json")
+    assert _measure(ctx, tmp_path / "cache") == first and len(calls) == 1  # a whole file is a hit
+    path.write_text(path.read_text()[:10])
+    assert _measure(ctx, tmp_path / "cache") == first and len(calls) == 2  # measured again
+    assert json.loads(path.read_text()) == first and not list(path.parent.glob("*.tmp*"))

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evaluators.files import write_whole
 from evaluators.sources import MULTI_TURN_KINDS, Task, derive_seed, make_task, normalize
 from sro.budget import Budget
 from sro.config import ProjectConfig
@@ -128,6 +129,17 @@ def _throughput(model, tok, ctx) -> float | None:
     return round(trainer.samples / max(time.monotonic() - t0, 1e-6), 1)
 
 
+def _read_cache(path: Path) -> dict[str, Any] | None:
+    """The cached measurements at `path`, or None when there are none to trust. A file that is not a
+    JSON object (a catalog written before the cache was written atomically, cut short by a kill) is a
+    miss, measured again and rewritten: reading it raised a JSONDecodeError on every later run."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("sources"), dict) else None
+
+
 def _measure(ctx, cache_dir: Path) -> dict[str, Any]:
     """Greedy pass rate per source on GREEDY_SAMPLE items, the pass-rate table's band counts and
     coverage, and rollout throughput — cached per base model and project sources."""
@@ -139,8 +151,9 @@ def _measure(ctx, cache_dir: Path) -> dict[str, Any]:
                                         for d, ts in ctx.tasks.items()},  # an edited JSONL is measured again
                         project.seed, project.runtime.max_new_tokens, GREEDY_SAMPLE], sort_keys=True)
     path = cache_dir / f"catalog-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
-    if path.is_file():
-        return json.loads(path.read_text())
+    cached = _read_cache(path)
+    if cached is not None:
+        return cached
     rates = ctx.pass_rates()  # k sampled completions per item: the difficulty filter's table
     model, tok = load_policy(ctx.base_path, project.runtime.device)  # it trains a few steps (throughput)
     out: dict[str, Any] = {"sources": {}, "train_samples_per_s": _throughput(model, tok, ctx)}
@@ -163,7 +176,7 @@ def _measure(ctx, cache_dir: Path) -> dict[str, Any]:
                 "pass_rate_coverage": round(sum(q in rates for q in later) / max(1, len(later)), 3),
             }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=1))
+    write_whole(path, json.dumps(out, indent=1))  # a kill or a second worker never leaves half a file
     return out
 
 
