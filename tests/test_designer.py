@@ -608,3 +608,24 @@ def test_a_truncated_catalog_cache_is_measured_again_not_a_traceback(tmp_path, m
     path.write_text(path.read_text()[:10])
     assert _measure(ctx, tmp_path / "cache") == first and len(calls) == 2  # measured again
     assert json.loads(path.read_text()) == first and not list(path.parent.glob("*.tmp*"))
+
+
+def test_redesigning_over_a_hand_edited_space_keeps_the_edit_and_says_so(tmp_path):
+    """A rerun of `sro design` replaced a hand-edited space.yaml without a word, and the edit was in no
+    space.v<N>.yaml. Now the edited file is kept aside (space.edited-<time>.yaml) and one line says
+    where; a space.yaml equal to a versioned copy is replaced quietly, and no temporary file is left."""
+    project, run_dir = _math_project(), tmp_path / "runs" / "quickstart"
+    logs: list[str] = []
+    design_space(project, run_dir, log=logs.append)
+    design_space(project, run_dir, log=logs.append, version=2)  # not edited: nothing to keep
+    assert not logs and not list(run_dir.glob("space.edited-*"))
+    path = run_dir / "space.yaml"
+    edited = path.read_text().replace("group_size:", "group_size: # narrowed by hand\n ", 1)
+    assert edited != path.read_text()
+    path.write_text(edited)
+    _, out = design_space(project, run_dir, log=logs.append, version=3)
+    (kept,) = run_dir.glob("space.edited-*.yaml")
+    assert kept.read_text() == edited and out.read_text() == (run_dir / "space.v3.yaml").read_text()
+    assert len(logs) == 1 and kept.name in logs[0] and "space.yaml" in logs[0]
+    assert sorted(p.name for p in run_dir.iterdir()) == sorted(
+        ["space.yaml", "space.v1.yaml", "space.v2.yaml", "space.v3.yaml", kept.name])

@@ -8,9 +8,11 @@ want of a space.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from evaluators.files import write_whole
 from evaluators.registry import Registry
 from sro.budget import Budget
 from sro.config import ProjectConfig
@@ -42,13 +44,36 @@ def _llm(catalog: Catalog, project: ProjectConfig, run_dir: Path, warn: Callable
         return design_rules(catalog, project)
 
 
-def write_space(run_dir: Path, space: RecipeSpace) -> Path:
-    """`space.yaml` (what the search reads) and `space.v<version>.yaml` (the history)."""
+def _keep_edit(run_dir: Path, log: Callable[[str], None]) -> None:
+    """Copy a hand-edited `space.yaml` aside before it is replaced. The file is written for review and a
+    person may edit it; an edit is in no `space.v<N>.yaml`, so replacing the file lost it without a word
+    (a rerun of `sro design` did). Text equal to a versioned copy is the designer's own, or one restored."""
+    path = run_dir / "space.yaml"
+    if not path.is_file():
+        return
+    text = path.read_text()
+    if any(v.read_text() == text for v in run_dir.glob("space.v*.yaml")):
+        return
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    keep, n = run_dir / f"space.edited-{stamp}.yaml", 1
+    while keep.exists():
+        n += 1
+        keep = run_dir / f"space.edited-{stamp}-{n}.yaml"
+    write_whole(keep, text)
+    log(f"note: {path} matches no space.v<N>.yaml (edited by hand?); kept it as {keep.name} "
+        "before writing the new space; copy your edits back from there if you want them")
+
+
+def write_space(run_dir: Path, space: RecipeSpace, log: Callable[[str], None] = print) -> Path:
+    """`space.yaml` (what the search reads) and `space.v<version>.yaml` (the history), each written whole
+    (a kill mid-write left a truncated space.yaml that stopped the next resume). A hand-edited
+    `space.yaml` is kept aside first (`_keep_edit`), and `log` says where."""
     run_dir.mkdir(parents=True, exist_ok=True)
     text = HEADER.format(designer=space.designer, version=space.version) + space.to_yaml()
-    (run_dir / f"space.v{space.version}.yaml").write_text(text)
+    _keep_edit(run_dir, log)
+    write_whole(run_dir / f"space.v{space.version}.yaml", text)
     path = run_dir / "space.yaml"
-    path.write_text(text)
+    write_whole(path, text)
     return path
 
 
@@ -58,4 +83,4 @@ def design_space(project: ProjectConfig, run_dir: Path, budget: Budget | None = 
     catalog = build_catalog(project, budget, ctx)
     space = DESIGNERS.get(project.designer.kind)(catalog, project, run_dir, log)
     space.version = version
-    return space, write_space(run_dir, space)
+    return space, write_space(run_dir, space, log)
