@@ -123,7 +123,13 @@ def design(
     for sx in space.simplexes:
         t.add_row(sx.name, "simplex: " + ", ".join(sx.members), sx.rationale)
     console.print(t)
-    console.print(f"wrote {path}; edit it if you like, then run `sro search {project}`", highlight=False)
+    # the same flags, or the copied command searches ./runs (or another budget) and ignores this space
+    import shlex
+
+    flags = ([f"--budget {shlex.quote(budget)}"] if budget else []) + (
+        [f"--runs {shlex.quote(str(runs))}"] if runs != Path("runs") else [])
+    hint = " ".join([f"sro search {shlex.quote(str(project))}", *flags])
+    console.print(escape(f"wrote {path}; edit it if you like, then run `{hint}`"), highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -629,3 +629,26 @@ def test_redesigning_over_a_hand_edited_space_keeps_the_edit_and_says_so(tmp_pat
     assert len(logs) == 1 and kept.name in logs[0] and "space.yaml" in logs[0]
     assert sorted(p.name for p in run_dir.iterdir()) == sorted(
         ["space.yaml", "space.v1.yaml", "space.v2.yaml", "space.v3.yaml", kept.name])
+
+
+def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_path, monkeypatch):
+    """The hint after `sro design --runs DIR --budget B` dropped both flags: the copied command searched
+    ./runs, ignored the reviewed space and designed another one there."""
+    from typer.testing import CliRunner
+
+    import sro.designer.design
+    import sro.executor
+    from sro.cli import app
+
+    real = sro.designer.design.design_space
+    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
+    monkeypatch.setattr(sro.designer.design, "design_space",  # the catalog without the base model: fast
+                        lambda proj, run_dir, b, ctx, log, version: real(proj, run_dir, b, None, log, version))
+    project, runs = micro_project("hint"), tmp_path / "my runs"
+    monkeypatch.chdir(tmp_path)  # the second call writes ./runs
+    r = CliRunner().invoke(app, ["design", str(project), "--runs", str(runs), "--budget", "3trials"])
+    assert r.exit_code == 0, r.output
+    hint = r.output.split("then run `")[1].split("`")[0]
+    assert hint == f"sro search {project} --budget 3trials --runs '{runs}'"
+    r = CliRunner().invoke(app, ["design", str(project), "--runs", "runs"])  # the default: nothing to repeat
+    assert r.output.split("then run `")[1].split("`")[0] == f"sro search {project}"
