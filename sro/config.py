@@ -474,6 +474,11 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
         err = e.errors()[0]
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         raise ConfigError(f"{where}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
+    if project.runtime.rollout_backend != "hf":  # refused here, not in every trial of the search
+        from trainers.backends import unavailable
+
+        if (why := unavailable(project.runtime.rollout_backend)) is not None:
+            raise ConfigError(f"{where}: runtime.rollout_backend: {why}")
     base_dir = Path(base_dir)
     from sro.plugins import PluginError, load_plugins
     from trainers.models import looks_like_path, missing_local_folder

@@ -291,3 +291,22 @@ def test_beats_base_reads_lower_is_better_keys():
     assert not beats_base({"a/win": 0.6, "a/ece": 0.3}, base, lower={"a/ece"})
     assert not beats_base({"a/win": 0.6, "a/ece": 0.1}, base)  # read as higher-is-better, 0.1 < 0.2 loses
     assert not beats_base({"a/win": 0.6}, base, lower={"a/ece"})  # a missing score never beats
+
+
+def test_a_rollout_backend_this_machine_cannot_run_is_refused_when_the_project_loads(micro_project, monkeypatch):
+    """`rollout_backend: vllm` without vLLM or a GPU loaded, and every trial of the search then failed
+    the same way until the budget ran out; docs/trainers.md promises a one-line error."""
+    import importlib.util
+
+    import torch
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "vllm" else real(name, *a))
+    msg = _err(micro_project, lambda d: d["runtime"].update(rollout_backend="vllm"))
+    assert "runtime.rollout_backend: rollout backend 'vllm' needs the optional extra: pip install 'sro[vllm]'" in msg
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: object() if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    msg = _err(micro_project, lambda d: d["runtime"].update(rollout_backend="vllm"))
+    assert "runtime.rollout_backend: rollout backend 'vllm' needs a CUDA GPU; use rollout_backend: hf" in msg

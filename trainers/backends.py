@@ -9,6 +9,7 @@ returns `Rollouts`, and `sync(model)` hands the trainer's current weights to the
 
 from __future__ import annotations
 
+import importlib.util
 import tempfile
 from collections.abc import Sequence
 
@@ -22,6 +23,21 @@ ROLLOUT_BACKENDS: Registry = Registry("rollout backend")
 
 class BackendUnavailable(RuntimeError):
     """The backend cannot run here (missing package or no GPU); the message says how to fix it."""
+
+
+def unavailable(name: str) -> str | None:
+    """Why rollout backend `name` cannot run on this machine, with the fix; None when it can. A project
+    that chooses it is refused when it loads (`sro.config`): the backend is built inside each trial, so
+    without this every trial of a search failed the same way until the budget ran out. Looks for the
+    package without importing it (vLLM takes seconds to import)."""
+    if name != "vllm":
+        return None
+    if importlib.util.find_spec("vllm") is None:
+        return ("rollout backend 'vllm' needs the optional extra: pip install 'sro[vllm]' (GPU only); "
+                "or use rollout_backend: hf")
+    if not torch.cuda.is_available():
+        return "rollout backend 'vllm' needs a CUDA GPU; use rollout_backend: hf on CPU"
+    return None
 
 
 @ROLLOUT_BACKENDS.register("hf")
@@ -70,13 +86,13 @@ class VLLMBackend:
     its weights are loaded into the engine in place on every `sync`."""
 
     def __init__(self, model, tokenizer, gpu_memory_utilization: float = 0.3, seed: int = 0, **_: object) -> None:
+        if (why := unavailable("vllm")) is not None:
+            raise BackendUnavailable(why)
         try:
             import vllm
-        except ImportError:
-            raise BackendUnavailable("rollout backend 'vllm' needs the optional extra: pip install 'sro[vllm]' "
-                                     "(GPU only); or use rollout_backend: hf") from None
-        if not torch.cuda.is_available():
-            raise BackendUnavailable("rollout backend 'vllm' needs a CUDA GPU; use rollout_backend: hf on CPU")
+        except ImportError as e:  # installed, but broken
+            raise BackendUnavailable(f"rollout backend 'vllm' cannot be imported ({e}); reinstall it: "
+                                     "pip install 'sro[vllm]', or use rollout_backend: hf") from None
         self.tok = tokenizer
         self.eos = eos_ids(model, tokenizer)
         self._dir = tempfile.TemporaryDirectory(prefix="sro-vllm-")
