@@ -310,3 +310,14 @@ def test_a_rollout_backend_this_machine_cannot_run_is_refused_when_the_project_l
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     msg = _err(micro_project, lambda d: d["runtime"].update(rollout_backend="vllm"))
     assert "runtime.rollout_backend: rollout backend 'vllm' needs a CUDA GPU; use rollout_backend: hf" in msg
+
+
+def test_a_misspelt_required_key_is_reported_as_the_unknown_key_with_its_fix(micro_project):
+    """`benchmark:` for `benchmarks:` was reported as "benchmarks: required key is missing (and 1 more)",
+    the did-you-mean hidden in the one more."""
+    dom = "domains.arithmetic"
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"].update(
+        benchmark=d["domains"]["arithmetic"].pop("benchmarks")))
+    assert f"{dom}.benchmark: unknown key; did you mean 'benchmarks'? (and 1 more)" in msg
+    msg = _err(micro_project, lambda d: d.update(nmae=d.pop("name")))
+    assert "nmae: unknown key; did you mean 'name'?" in msg
