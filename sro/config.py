@@ -482,7 +482,7 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
             raise ConfigError(f"{where}: runtime.rollout_backend: {why}")
     base_dir = Path(base_dir)
     from sro.plugins import PluginError, load_plugins
-    from trainers.models import looks_like_path, missing_local_folder
+    from trainers.models import looks_like_path, missing_local_folder, not_a_model_folder
 
     try:
         project.plugins = load_plugins(project.plugins, base_dir)
@@ -496,6 +496,9 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
             raise ConfigError(f"{where}: base_model: {given}: no such folder ({project.base_model}; a relative "
                               "path is read from the project's folder); give a local model folder that exists, "
                               "an HF model id (org/name) or tiny")
+        if (lacks := not_a_model_folder(project.base_model)) is not None:
+            raise ConfigError(f"{where}: base_model: {given} {lacks} ({project.base_model}); save the model "
+                              "(and its tokenizer) there with save_pretrained(), or give an HF model id")
     try:
         _check_sources(project, base_dir)
         _read_start_recipes(project, base_dir)

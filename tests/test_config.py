@@ -247,6 +247,8 @@ def test_a_relative_base_model_path_is_read_from_the_projects_folder(micro_proje
     working directory, so the same command worked from one folder and not from another); the run
     folder's copy of the project holds the absolute path."""
     (tmp_path / "mymodel").mkdir()
+    for f in ("config.json", "tokenizer.json"):  # what save_pretrained() writes (a folder without them is refused)
+        (tmp_path / "mymodel" / f).write_text("{}")
     path = micro_project("rel")
     path.write_text(path.read_text().replace("base_model: tiny", "base_model: ./mymodel"))
     elsewhere = tmp_path / "elsewhere"
@@ -321,3 +323,18 @@ def test_a_misspelt_required_key_is_reported_as_the_unknown_key_with_its_fix(mic
     assert f"{dom}.benchmark: unknown key; did you mean 'benchmarks'? (and 1 more)" in msg
     msg = _err(micro_project, lambda d: d.update(nmae=d.pop("name")))
     assert "nmae: unknown key; did you mean 'name'?" in msg
+
+
+def test_a_local_base_model_folder_that_holds_no_saved_model(micro_project, tmp_path):
+    """An empty `base_model: ./mymodel` folder loaded, and loading it failed later inside transformers
+    with a message cut mid-sentence ("Couldn't instantiate the backend tokenizer from one of: ")."""
+    (tmp_path / "mymodel").mkdir()
+    msg = _err(micro_project, lambda d: d.update(base_model="./mymodel"))
+    assert ("base_model: ./mymodel has no config.json/tokenizer files (" in msg
+            and "save the model (and its tokenizer) there with save_pretrained(), or give an HF model id" in msg)
+    (tmp_path / "mymodel" / "config.json").write_text("{}")
+    assert "base_model: ./mymodel has no tokenizer files (" in _err(micro_project, lambda d: d.update(
+        base_model="./mymodel"))
+    (tmp_path / "model.bin").write_text("x")
+    assert "base_model: ./model.bin is a file, not a model folder" in _err(micro_project, lambda d: d.update(
+        base_model="./model.bin"))

@@ -50,6 +50,24 @@ def missing_local_folder(name_or_path: str) -> bool:
     return looks_like_path(name_or_path) and not Path(name_or_path).expanduser().exists()
 
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
+                   "spiece.model", "sentencepiece.bpe.model")
+"""Files of which a saved tokenizer (`save_pretrained`) writes at least one, whatever its kind."""
+
+
+def not_a_model_folder(path: str | os.PathLike[str]) -> str | None:
+    """What a local `base_model` path lacks to be a saved model (a folder with `config.json` and tokenizer
+    files), or None. Loading such a folder failed inside transformers with a message cut mid-sentence
+    ("Couldn't instantiate the backend tokenizer from one of: ") that named neither the key nor a fix."""
+    folder = Path(path).expanduser()
+    if not folder.is_dir():
+        return "is a file, not a model folder"
+    lacks = [what for what, ok in (("config.json", (folder / "config.json").is_file()),
+                                   ("tokenizer files", any((folder / f).is_file() for f in TOKENIZER_FILES)))
+             if not ok]
+    return f"has no {'/'.join(lacks)}" if lacks else None
+
+
 def _quiet_hub() -> None:
     from transformers.utils import logging as hf_logging
 
@@ -81,6 +99,9 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", trai
     src = str(name_or_path)
     if missing_local_folder(src):
         raise ModelLoadError(f"{src}: no such folder; give a local model folder that exists, or an HF model id")
+    if looks_like_path(src) and (lacks := not_a_model_folder(src)) is not None:
+        raise ModelLoadError(f"{src} {lacks}; save the model (and its tokenizer) there with save_pretrained(), "
+                             "or give an HF model id")
     src = str(Path(src).expanduser()) if looks_like_path(src) else src
     tok = load_tokenizer(src)
     try:
