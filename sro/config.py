@@ -460,6 +460,9 @@ def load_project(path: str | os.PathLike[str]) -> ProjectConfig:
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise ConfigError(f"{path}: {where}malformed YAML ({problem}); fix the syntax there") from None
+    if isinstance(data, dict) and "project" in data and "recipe" in data:  # was "name: required key is missing"
+        raise ConfigError(f"{path}: this is a recipe file (`project:` and `recipe:`, as `sro export` writes it), "
+                          f"not a project; run `sro train {path}` on it, or pass a project YAML")
     return project_from_data(data, path.parent, str(path))
 
 

@@ -338,3 +338,15 @@ def test_a_local_base_model_folder_that_holds_no_saved_model(micro_project, tmp_
     (tmp_path / "model.bin").write_text("x")
     assert "base_model: ./model.bin is a file, not a model folder" in _err(micro_project, lambda d: d.update(
         base_model="./model.bin"))
+
+
+def test_a_recipe_file_passed_as_a_project_says_to_train_it(micro_project, tmp_path):
+    """An exported recipe given to `sro design`/`sro search` was "name: required key is missing; add it
+    (and 5 more)"."""
+    project = yaml.safe_load(micro_project().read_text())
+    path = tmp_path / "t1.yaml"
+    path.write_text(yaml.safe_dump({"project": project, "recipe": {"values": {"lr": 1e-3}, "fixed": {}}}))
+    with pytest.raises(ConfigError) as e:
+        load_project(path)
+    assert str(e.value) == (f"{path}: this is a recipe file (`project:` and `recipe:`, as `sro export` writes it), "
+                            f"not a project; run `sro train {path}` on it, or pass a project YAML")
