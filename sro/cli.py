@@ -235,7 +235,8 @@ def train(
         proj = project_from_data(doc["project"], recipe.parent, f"{recipe}: project")
         rec = Recipe.from_dict(doc["recipe"])
         _check_recipe_keys(rec, proj, recipe)
-        trainer_config(rec, proj.seed, None)  # a bad recipe fails here, before the base model is scored
+        # a bad recipe fails here, before the base model is scored, naming the file and the key
+        trainer_config(rec, proj.seed, None, where=str(recipe))
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         console.print("scoring the base model on the held-out benchmarks ...")
         base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))

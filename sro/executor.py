@@ -17,7 +17,7 @@ from evaluators.sources import Task, derive_seed, make_task, normalize
 from sro.config import CONFIDENCE_METRICS, EPISODE_METRICS, ProjectConfig
 from sro.recipe import MIX_PREFIX, Recipe
 from trainers.evaluate import evaluate
-from trainers.algorithms import STAGES, config_for, sft_config_for
+from trainers.algorithms import STAGES, RecipeValueError, config_for, sft_config_for
 from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.mixture import Mixture
 from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes, multi_turn_config
@@ -279,13 +279,25 @@ def cut_by_limit(curve: list[dict[str, float]], cfg: GRPOConfig) -> bool:
             and float(curve[-1].get("wall_s", 0.0)) >= cfg.max_seconds - 1e-3)
 
 
-def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, **runtime) -> GRPOConfig:
-    """The recipe's algorithm (default grpo) as a validated trainer config; `TrialFailed` if invalid."""
+def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, where: str | None = None,
+                   **runtime) -> GRPOConfig:
+    """The recipe's algorithm (default grpo) as a validated trainer config (its SFT stage's settings
+    checked too); `TrialFailed` if invalid. `where`: the recipe's file (`sro train`), which the message
+    then starts with, naming the bad value by its place there (`recipe.values.steps=36.5 must be a
+    whole number`) instead of by the recipe's key."""
+    values = {**recipe.fixed, **recipe.values}
     try:
-        return config_for(str(recipe.get("algorithm", "grpo")), {**recipe.fixed, **recipe.values},
-                          seed=int(recipe.get("seed", seed)), max_seconds=max_seconds, **runtime)
+        cfg = config_for(str(recipe.get("algorithm", "grpo")), values,
+                         seed=int(recipe.get("seed", seed)), max_seconds=max_seconds, **runtime)
+        sft_config_for(values)  # sft.steps=2.5 fails here, not when the trial reaches its SFT stage
+        return cfg
     except (KeyError, ValueError, TypeError) as e:
-        raise TrialFailed(f"recipe {recipe.key} is not a valid trainer config: {e}") from None
+        if where is None:
+            raise TrialFailed(f"recipe {recipe.key} is not a valid trainer config: {e}") from None
+        if not isinstance(e, RecipeValueError) or not e.keys:
+            raise TrialFailed(f"{where}: recipe: not a valid trainer config: {e}") from None
+        raise TrialFailed(f"{where}: " + e.located(
+            {k: f"recipe.{'values' if k in recipe.values else 'fixed'}.{k}" for k in e.keys})) from None
 
 
 def trainer_keys() -> set[str]:

@@ -242,6 +242,11 @@ class RecipeSpace:
             if active and p.name not in values:
                 raise SpaceError(f"recipe lacks {p.name!r}")
             if active and not p.contains(values[p.name]):
+                v = values[p.name]
+                if p.kind in ("int", "float") and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                    raise SpaceError(f"{p.name} must be a number (got {v!r})")
+                if p.kind == "int" and isinstance(v, float) and math.isfinite(v) and not v.is_integer():
+                    raise SpaceError(f"{p.name} must be a whole number (got {v!r})")
                 rng = p.choices if p.choices is not None else f"[{p.low}, {p.high}]"
                 raise SpaceError(f"{p.name}={values[p.name]!r} is outside {rng}")
         for s in self.simplexes:

@@ -3,6 +3,8 @@ each one trains (a few steps, on CPU) through the same trainer."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -53,6 +55,41 @@ def test_config_for_pins_identity_and_validates():
         config_for("grpo", {"lr": "fast"})
     with pytest.raises(ValueError, match=r"recipe value optimizer=3 must be a name"):
         config_for("grpo", {"optimizer": 3})
+
+
+
+def test_a_fractional_value_of_a_whole_number_setting_is_named_before_training():
+    """steps: 36.5 used to pass (it is a number) and crash the trainer's range() after the base model was
+    scored; every int field, nested settings, the SFT stage and ProAS's included, now wants a whole
+    number, and 36.0 is 36. The error names the recipe key, so `sro train` can say where it is."""
+    from trainers.algorithms import RecipeValueError, sft_config_for
+    from trainers.multiturn import multi_turn_config
+
+    for algo, values, key in (("grpo", {"steps": 36.5}, "steps"), ("grpo", {"group_size": 4.5}, "group_size"),
+                              ("grpo", {"lr_ref_batch": 3.5}, "lr_ref_batch"),
+                              ("proximal_kl", {"prox.horizon": 2.5}, "prox.horizon"),
+                              ("grpo", {"distill.top_k": 1.5}, "distill.top_k")):
+        with pytest.raises(RecipeValueError, match=rf"recipe value {re.escape(key)}=\d+\.5 must be a whole number") as e:
+            config_for(algo, values)
+        assert e.value.keys == (key,)
+    with pytest.raises(ValueError, match=r"recipe value sft.steps=2.5 must be a whole number"):
+        sft_config_for({"sft.steps": 2.5})
+    with pytest.raises(ValueError, match=r"recipe value proas.n_min=2.5 must be a whole number"):
+        multi_turn_config("proas", config_for("proas", {}), {"proas.n_min": 2.5})
+    cfg = config_for("proximal_kl", {"steps": 36.0, "prox.horizon": 3.0})
+    assert cfg.steps == 36 and type(cfg.steps) is int and type(cfg.prox.horizon) is int
+    assert type(sft_config_for({"sft.steps": 2.0}).steps) is int
+    # the trainer config's own checks and the algorithm name also name the recipe key they refuse
+    for algo, values, keys, located in (
+            ("ppo", {}, ("algorithm",), "R.algorithm: unknown algorithm 'ppo'"),
+            ("grpo", {"lr": -1.0}, ("lr",), "R.lr must be a positive number (got -1.0)"),
+            ("grpo", {"steps": 0}, ("steps",), "R.steps must be >= 1 (got 0)"),
+            ("grpo", {"lr": "fast"}, ("lr",), "R.lr='fast' must be a number"),
+            ("grpo", {"eps": "x"}, ("eps",), "R.eps='x' must be a number"),
+            ("grpo", {"distill.teacher": "oracle"}, ("distill.teacher",), "R.distill.teacher must be one of")):
+        with pytest.raises(RecipeValueError) as e:
+            config_for(algo, values)
+        assert e.value.keys == keys and e.value.located({k: f"R.{k}" for k in keys}).startswith(located)
 
 
 class _Echo:

@@ -106,7 +106,8 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     # a bad recipe is refused in one line, before the base model is scored (the first in a subprocess too)
     doc = yaml.safe_load(recipe.read_text())
     for i, (change, needle) in enumerate((
-            (lambda d: d["recipe"]["values"].update(algorithm="ppo"), "is not a valid trainer config"),
+            (lambda d: d["recipe"]["values"].update(algorithm="ppo"),
+             "bad.yaml: recipe.values.algorithm: unknown algorithm 'ppo'"),
             (lambda d: d.update(recipe=[1, 2]), "recipe: must be a mapping"),
             (lambda d: d["project"].update(sede=1), "project: sede: unknown key"),
             (lambda d: d["recipe"]["values"].update(lrr=1e-4), "reads 'lrr' (did you mean 'lr'?)"))):
@@ -122,6 +123,34 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
             code, out, err = r.exit_code, r.stdout, r.stderr
         assert code == 2 and needle in err and "Traceback" not in err, err[-2000:]
         assert "scoring the base model" not in out
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"steps": 36.5}, "recipe.values.steps=36.5 must be a whole number"),
+    ({"algorithm": "ppo"}, "recipe.values.algorithm: unknown algorithm 'ppo'; known: "),
+    ({"lr": "fast"}, "recipe.values.lr='fast' must be a number"),
+    ({"lr": -1.0}, "recipe.values.lr must be a positive number (got -1.0)"),
+    ({"steps": 0}, "recipe.values.steps must be >= 1 (got 0)"),
+    ({"sft.steps": 2.5}, "recipe.values.sft.steps=2.5 must be a whole number"),
+])
+def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, needle):
+    """`sro train` on a recipe whose value the trainer refuses: one line naming the file and the key
+    under `recipe.values`, before the base model is loaded or scored (steps: 36.5 used to pass this
+    check and crash the trainer with a traceback after the base model was scored)."""
+    doc = {"project": {"name": "t", "base_model": "tiny", "seed": 0,
+                       "domains": {"arithmetic": {
+                           "sources": [{"reasoning_gym": "basic_arithmetic"}],
+                           "benchmarks": [{"name": "add", "reasoning_gym": "basic_arithmetic", "size": 8}]}},
+                       "objectives": [{"arithmetic/add": "max"}, {"cost": "min"}]},
+           "recipe": {"values": {"algorithm": "grpo", "lr": 0.002, "group_size": 4, "prompts_per_step": 4,
+                                 "steps": 2, **change},
+                      "fixed": {"max_new_tokens": 4}}}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    r = run_here("train", str(path), "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and f"error: {path}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
+    assert "Traceback" not in r.output and "scoring the base model" not in r.stdout
+    assert not (tmp_path / "runs").exists()  # nothing loaded or built
 
 
 def test_a_second_outcome_a_nan_score_and_a_failed_final_write(micro_project, tmp_path, monkeypatch):

@@ -144,7 +144,7 @@ def test_canonical_values_give_the_same_key_and_drop_inactive_parameters():
     assert space.canonical(llm) == ran
     assert type(space.canonical(llm)["steps"]) is int and type(space.canonical(llm)["wd"]) is float
     assert Recipe(space.canonical(llm)).key == Recipe(ran).key
-    with pytest.raises(SpaceError, match="steps=3.5 is outside"):
+    with pytest.raises(SpaceError, match=r"steps must be a whole number \(got 3.5\)"):
         space.canonical({**ran, "steps": 3.5})
     # a numeric categorical: 0 and 0.0 are one choice, given the space's own (the keys used to differ,
     # so an LLM's copy of a run recipe was not recognized)
@@ -152,6 +152,19 @@ def test_canonical_values_give_the_same_key_and_drop_inactive_parameters():
                                                                                    choices=[True, 1])])
     assert Recipe(grid.canonical({"alpha": 0, "flag": 1})).key == Recipe({"alpha": 0.0, "flag": 1}).key
     assert type(grid.canonical({"alpha": 0, "flag": True})["flag"]) is bool  # True is not the choice 1
+
+
+def test_a_value_of_the_wrong_kind_is_named_as_such_not_as_outside_the_range():
+    """steps: 36.5 is inside [21, 50]; it was reported as outside it. A fractional value of an int
+    parameter says it must be a whole number, a text for a number that it must be a number."""
+    space = RecipeSpace([Param("steps", "int", 21, 50), Param("lr", "float", 1e-4, 1e-2)])
+    with pytest.raises(SpaceError, match=r"^steps must be a whole number \(got 36.5\)$"):
+        space.validate({"steps": 36.5, "lr": 1e-3})
+    with pytest.raises(SpaceError, match=r"^lr must be a number \(got 'fast'\)$"):
+        space.canonical({"steps": 30, "lr": "fast"})
+    with pytest.raises(SpaceError, match=r"steps=60 is outside \[21, 50\]"):  # a whole number out of range
+        space.validate({"steps": 60, "lr": 1e-3})
+    assert space.canonical({"steps": 36.0, "lr": 1e-3}) == {"steps": 36, "lr": 1e-3}
 
 
 def test_a_recipe_key_is_the_settings_that_train():

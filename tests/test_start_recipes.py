@@ -44,6 +44,14 @@ def test_a_start_recipe_outside_the_space_is_refused_saying_what_and_how(change,
     assert needle in str(e.value) and isinstance(e.value, SpaceError)  # the CLI's one-line user error
 
 
+def test_a_fractional_whole_number_setting_of_a_start_recipe_says_so():
+    """The start recipe `steps: 36.5` was refused as "steps=36.5 is outside [10, 200]"."""
+    with pytest.raises(StartRecipeError) as e:
+        start_recipes([{**GOOD, "steps": 36.5}], SPACE, "space v1")
+    assert "start_recipes[0]: steps must be a whole number (got 36.5)" in str(e.value)
+    assert "outside" not in str(e.value)
+
+
 def test_next_start_skips_the_recipes_the_study_has_tried():
     a, b = start_recipes([GOOD, {**GOOD, "lr": 2e-4}], SPACE, "space v1")
     assert next_start([a, b], set()) == a

@@ -7,10 +7,11 @@ when it applies — declared once, here, for the designer and the optimizer to r
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from evaluators.registry import Registry
+from evaluators.registry import Registry, UnknownNameError
 from trainers.grpo import GRPOConfig
 from trainers.clocks import CollapseSettings
 from trainers.distill import DistillSettings
@@ -149,10 +150,40 @@ NESTED = {"prox": ProxKLSettings, "distill": DistillSettings, "collapse": Collap
 """Recipe keys `<prefix>.<field>` fill these nested settings of GRPOConfig."""
 
 
+class RecipeValueError(ValueError):
+    """A recipe value `config_for` refuses. `keys`: the recipe keys at fault (empty when the reason cites
+    none); `detail`: the reason, each of `keys` named in it once as a word, so that a caller can put the
+    key's place in its file there (`sro train`: `recipe.values.steps=36.5 must be a whole number`)."""
+
+    def __init__(self, keys: tuple[str, ...], detail: str, message: str | None = None) -> None:
+        super().__init__(message if message is not None else f"recipe value {detail}")
+        self.keys, self.detail = tuple(keys), detail
+
+    def located(self, where: dict[str, str]) -> str:
+        """`detail` with the first mention of each key replaced by `where[key]` (its path in a file)."""
+        out = self.detail
+        for k in self.keys:
+            if k in where:
+                out = re.sub(_word(k), lambda _m, k=k: where[k], out, count=1)
+        return out
+
+
+class UnknownAlgorithmError(UnknownNameError, RecipeValueError):
+    """An algorithm that is not registered: a registry's `UnknownNameError` (a KeyError, as before),
+    and a `RecipeValueError` of the recipe key `algorithm`."""
+
+    def __init__(self, keys: tuple[str, ...], detail: str, message: str) -> None:
+        RecipeValueError.__init__(self, keys, detail, message)
+
+
 def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
     """A validated GRPOConfig for algorithm `name` from recipe `values` (unknown top-level keys are
-    ignored, so a recipe may carry mixture weights, an SFT stage and other non-trainer settings)."""
-    algo: Algorithm = ALGORITHMS.get(name)
+    ignored, so a recipe may carry mixture weights, an SFT stage and other non-trainer settings).
+    A value it refuses raises `RecipeValueError` naming the recipe key."""
+    try:
+        algo: Algorithm = ALGORITHMS.get(name)
+    except UnknownNameError as e:
+        raise UnknownAlgorithmError(("algorithm",), f"algorithm: {e}", str(e)) from None
     top = {f.name for f in fields(GRPOConfig)}
     cfg: dict[str, Any] = {}
     nested: dict[str, dict[str, Any]] = {k: {} for k in NESTED}
@@ -162,34 +193,81 @@ def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
             nested[prefix][rest] = v
         elif k in top and k not in NESTED:
             cfg[k] = v
+    origin = {k: k for k in cfg}  # GRPOConfig field -> the recipe key that set it
     if "eps" in values:  # a symmetric clip range in the recipe
-        cfg.setdefault("eps_low", values["eps"])
-        cfg.setdefault("eps_high", values["eps"])
-    for k, v in cfg.items():  # a recipe value of the wrong type, named before GRPOConfig trips over it
-        want = type(getattr(GRPOConfig, k, None))
-        if want in (int, float) and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise ValueError(f"recipe value {k}={v!r} must be a number")
-        if want is str and not isinstance(v, str):
-            raise ValueError(f"recipe value {k}={v!r} must be a name (text)")
+        for k in ("eps_low", "eps_high"):
+            if k not in cfg:
+                cfg[k], origin[k] = values["eps"], "eps"
+    check_types(GRPOConfig, cfg, origin)
     declared = {k.name for k in algo.knobs}
     for k, v in algo.fixed.items():  # the algorithm's identity; for a knob it declares, only a default
         if k not in declared or k not in values:
             cfg[k] = v
+            origin.pop(k, None)
     cfg.update(runtime)
+    for k in runtime:
+        origin.pop(k, None)
     for prefix, cls in NESTED.items():
         cfg[prefix] = _settings(cls, prefix, nested[prefix])
-    return GRPOConfig(**cfg)
+    try:
+        return GRPOConfig(**cfg)
+    except ValueError as e:  # GRPOConfig's own checks (lr > 0, steps >= 1, ...)
+        raise _cited(str(e), str(e).removeprefix("GRPOConfig: "), origin) from None
 
 
 def _settings(cls: type, prefix: str, got: dict[str, Any], **runtime: Any) -> Any:
     """`cls(**got, **runtime)` for the recipe keys `<prefix>.<field>` in `got` (prefix stripped);
-    a ValueError naming the unknown ones and the known fields otherwise."""
+    a ValueError naming the unknown ones and the known fields otherwise, a `RecipeValueError` naming
+    the recipe key of a value of the wrong type or one that `cls` refuses."""
     known = {f.name for f in fields(cls)}
     unknown = set(got) - known
     if unknown:
         raise ValueError(f"unknown {cls.__name__} fields {sorted(f'{prefix}.{u}' for u in unknown)}; "
                          f"known: {sorted(known)}")
-    return cls(**got, **runtime)
+    origin = {k: f"{prefix}.{k}" for k in got}
+    got = dict(got)
+    check_types(cls, got, origin)
+    try:
+        return cls(**got, **runtime)
+    except ValueError as e:  # the settings' own checks (teacher must be one of ...)
+        raise _cited(str(e), str(e).removeprefix(f"{cls.__name__}: "), origin) from None
+
+
+def _word(name: str) -> str:
+    """A regex for `name` as a whole word of a message (not part of lr_alpha or prox.horizon)."""
+    return rf"(?<![\w.]){re.escape(name)}(?![\w.])"
+
+
+def _cited(message: str, detail: str, origin: dict[str, str]) -> RecipeValueError:
+    """A `RecipeValueError` for a config's own message: the recipe keys whose fields (`origin`: field ->
+    recipe key) it names, each first mention of such a field in `detail` replaced by its recipe key."""
+    keys = []
+    for f, k in origin.items():
+        if re.search(_word(f), detail):
+            detail = re.sub(_word(f), lambda _m, k=k: k, detail, count=1)
+            keys.append(k)
+    return RecipeValueError(tuple(dict.fromkeys(keys)), detail, message)
+
+
+def check_types(cls: type, got: dict[str, Any], origin: dict[str, str]) -> None:
+    """Each value in `got` of the wrong type for its field of dataclass `cls` (a number, a whole number,
+    a name), named by its recipe key (`origin`) before `cls` trips over it: `RecipeValueError`. A whole
+    float (36.0) is accepted for an int field and replaced in `got` by the int."""
+    types = {f.name: (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))).replace(" ", "")
+             for f in fields(cls)}
+    for f, v in list(got.items()):
+        want, key = types.get(f, ""), origin.get(f, f)
+        if v is None and want.endswith("|None"):
+            continue
+        want = want.removesuffix("|None")
+        if want in ("int", "float") and (isinstance(v, bool) or not isinstance(v, (int, float))):
+            raise RecipeValueError((key,), f"{key}={v!r} must be a number")
+        if want == "int" and isinstance(v, float):
+            if not v.is_integer():
+                raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
+            got[f] = int(v)
+        if want == "str" and not isinstance(v, str):
+            raise RecipeValueError((key,), f"{key}={v!r} must be a name (text)")
 
 
 def catalog() -> list[dict[str, Any]]:

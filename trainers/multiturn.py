@@ -20,7 +20,7 @@ import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, episode_metrics, resolve_action
-from trainers.algorithms import ALGORITHMS
+from trainers.algorithms import ALGORITHMS, check_types
 from trainers.clocks import BatchSchedule
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
 from trainers.grpo import OPTIMIZERS, GRPOConfig
@@ -455,6 +455,7 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     known = set(ProASConfig.__dataclass_fields__)
     if set(proas) - known:
         raise ValueError(f"unknown ProAS settings {sorted(set(proas) - known)}; known: {sorted(known)}")
+    check_types(ProASConfig, proas, {k: f"proas.{k}" for k in proas})  # proas.n_min=2.5: a whole number
     mt = {k[len("mt."):]: v for k, v in values.items() if k.startswith("mt.")}
     if set(mt) - set(MT_SETTINGS):
         raise ValueError(f"unknown multi-turn settings {sorted(set(mt) - set(MT_SETTINGS))}; "
