@@ -272,7 +272,7 @@ def test_recover_racing_the_owner_leaves_the_owners_outcome(micro_project, tmp_p
     for t in (failing, finishing, lost):
         owner.progress(t, [{"reward": 0.1}], {"wall_s": 4.0, "tokens": 9.0, "gpu_h": 0.0})
     other = Ledger(project, tmp_path / "race")
-    monkeypatch.setattr(ledger_mod, "_alive", lambda pid: False)  # the owner looks dead to `recover`
+    monkeypatch.setattr(ledger_mod, "_alive", lambda pid, started=None: False)  # the owner looks dead to `recover`
     ending = other.storage.set_trial_state_values
 
     def owner_ends_it_first(trial_id, state, values=None):  # the owner's outcome lands just before
