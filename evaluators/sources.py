@@ -243,7 +243,9 @@ def _check_jsonl(spec: SourceSpec) -> None:
                 missing = sorted(k for k in ("question", "answer")
                                  if not isinstance(row, dict) or row.get(k) is None)
                 if missing:  # absent or null: it would train and score against the text "None"
-                    raise SourceSpecError(f"{path.name} line {lineno} lacks {missing} (each line is one "
+                    null = [k for k in missing if isinstance(row, dict) and k in row]
+                    what = f"has {' and '.join(null)} null" if null else f"lacks {missing}"
+                    raise SourceSpecError(f"{path.name} line {lineno} {what} (each line is one "
                                           '{"question": ..., "answer": ...} object)', "jsonl")
                 rows += 1
     except UnicodeDecodeError as e:

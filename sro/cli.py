@@ -27,6 +27,16 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _check_runs(runs: Path) -> None:
+    """`--runs` names the folder that holds run folders; a run folder itself there started a study nested
+    inside it, with a base model of its own (a review, stop 28)."""
+    if (runs / "project.yaml").is_file() or (runs / "study.db").is_file():
+        from sro.config import ConfigError
+
+        raise ConfigError(f"--runs {runs} is a run folder (it holds project.yaml or study.db); pass the folder "
+                          f"that holds it: --runs {runs.parent}")
+
+
 def _user_errors():
     from sro.budget import BudgetError
     from sro.config import ConfigError
@@ -61,15 +71,20 @@ def search(
         proj = load_project(project)
         b = Budget.parse(budget or proj.budget)  # bad input fails before the seconds of importing the search
         from sro.proposers import PROPOSERS
-        from sro.search import run_search
+        from sro.search import on_sigterm, run_search
 
         PROPOSERS.get(optimizer)
+        _check_runs(runs)
+        on_sigterm()
         summary = run_search(proj, b, runs, optimizer, console, pruning=pruning)
     except _user_errors() as e:
         _fail(str(e))
         return
-    except KeyboardInterrupt:
-        _fail("search interrupted; finished trials are kept — rerun the same command to resume", 130)
+    except KeyboardInterrupt as e:
+        from sro.search import Terminated
+
+        _fail(f"search {'stopped by ' + str(e) if isinstance(e, Terminated) else 'interrupted'}; finished trials "
+              "are kept — rerun the same command to resume", 143 if isinstance(e, Terminated) else 130)
         return
     except Exception as e:
         from sro.search import RepeatedFailure
@@ -104,6 +119,7 @@ def design(
     try:
         proj = load_project(project)
         b = Budget.parse(budget or proj.budget)
+        _check_runs(runs)
         run_dir = runs / proj.name
         written = _written_space(run_dir)  # a malformed one: a SpaceError naming the file
         previous = written.version if written else 0

@@ -24,7 +24,7 @@ from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes,
 from trainers.sft import sft
 from trainers.processing import OPERATORS, item_filter, pass_rate_table
 from trainers.models import load_policy
-from trainers.tiny import TinySpec, ensure_tiny
+from trainers.tiny import TinySpec, ensure_tiny, tiny_cached, tiny_folder
 
 PRETRAIN_PAIRS = 4000
 SOURCE_PREFIX = "src."
@@ -141,8 +141,12 @@ class SearchContext:
             mix = Mixture(tasks, seed=project.seed, exclude_questions=exclude)
             pairs = [(it.question, it.answer) for _, it in mix.sample(PRETRAIN_PAIRS)]
             spec = TinySpec(seed=project.seed, pretrain_steps=project.runtime.tiny_pretrain_steps)
-            log(f"base model: tiny (Qwen2 architecture), pre-training on {len(pairs)} items of the project's "
-                f"sources for {spec.pretrain_steps} steps; cached under {cache_dir}")
+            folder = tiny_folder(pairs, cache_dir, spec)
+            if tiny_cached(folder):  # said apart, so that a build of minutes is told from a read of a second
+                log(f"base model: tiny (Qwen2 architecture), from the cache: {folder}")
+            else:
+                log(f"base model: tiny (Qwen2 architecture), pre-training on {len(pairs)} items of the project's "
+                    f"sources for {spec.pretrain_steps} steps; cached in {folder}")
             base_path = str(ensure_tiny(pairs, cache_dir, spec, pretrain_progress))
         return cls(project, base_path, benchmarks, tasks, exclude, overlap, cache_dir=Path(cache_dir))
 

@@ -381,10 +381,10 @@ class Ledger:
                                                "message": message[:2000]})
 
     def interrupt(self, trial: optuna.Trial, curve: list[dict[str, float]],
-                  cost: dict[str, float] | None = None) -> None:
-        """A trial stopped by the user: recorded as interrupted so the next search runs it again; the
-        `cost` it used until then stays spent."""
-        self._close(trial, TrialState.FAIL, {"message": "interrupted by the user", "interrupted": True,
+                  cost: dict[str, float] | None = None, by: str = "the user") -> None:
+        """A trial stopped by the user (or `by` a signal): recorded as interrupted so the next search runs it
+        again; the `cost` it used until then stays spent."""
+        self._close(trial, TrialState.FAIL, {"message": f"interrupted by {by}", "interrupted": True,
                                              "curve": curve, "cost": cost or {}})
 
     def requeue(self, numbers: Collection[int], why: str) -> None:

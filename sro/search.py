@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
 import sys
 import time
 import traceback
@@ -136,6 +137,20 @@ RECIPES_OWN = ("OutOfMemoryError", "MemoryError", "TrialFailed")
 runs out of memory on each): they never stop the search."""
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (`kill`, `docker stop`, a scheduler's preemption), handled as Ctrl-C is: the running trial is
+    recorded interrupted at once, rather than left running until its heartbeat goes stale (10 minutes by
+    default) on another machine."""
+
+
+def on_sigterm() -> None:
+    """Make SIGTERM end the search as Ctrl-C does (`Terminated`); from the main thread only."""
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated("SIGTERM (a kill, docker stop or a scheduler)")
+
+    signal.signal(signal.SIGTERM, stop)
+
+
 class RepeatedFailure(RuntimeError):
     """The search stopped because its last trials all failed the same way (`SAME_FAILURES`)."""
 
@@ -147,7 +162,8 @@ def _signature(message: str) -> str:
 
 def crashed(records: list[TrialRecord]) -> dict[str, int]:
     """Recipes (by key) interrupted `MAX_CRASHES` times or more other than by the user, with the count."""
-    counts = Counter(r.recipe.key for r in records if r.state == "interrupted" and "by the user" not in r.message)
+    counts = Counter(r.recipe.key for r in records if r.state == "interrupted"
+                     and not r.message.startswith("interrupted by "))  # Ctrl-C, SIGTERM: not the recipe's doing
     return {k: n for k, n in counts.items() if n >= MAX_CRASHES}
 
 
@@ -259,8 +275,8 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
                                        f"({out.cost['wall_s']:.0f}s) {mark}")
             for note in out.notes:
                 progress.console.print(f"[yellow]trial {trial.number}: {escape(note)}[/]", highlight=False)
-        except KeyboardInterrupt:
-            ledger.interrupt(trial, curve, cost_so_far())
+        except KeyboardInterrupt as e:
+            ledger.interrupt(trial, curve, cost_so_far(), by=str(e) if isinstance(e, Terminated) else "the user")
             progress.console.print(f"[yellow]interrupted during trial {trial.number}[/]; finished trials are "
                                    "kept, rerun the same command to resume")
             raise

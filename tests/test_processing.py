@@ -156,3 +156,25 @@ def test_an_edited_jsonl_file_gets_a_new_pass_rate_table(tmp_path):
     assert table_id("model", [make_task(SourceSpec("jsonl", str(p)), seed=0)], 256, 4) == before
     p.write_text(json.dumps({"question": "2+2", "answer": "4"}) + "\n")
     assert table_id("model", [make_task(SourceSpec("jsonl", str(p)), seed=0)], 256, 4) != before
+
+
+def test_a_truncated_pass_rate_table_is_measured_again(tmp_path, monkeypatch):
+    """A pass-rate table cut short was a JSONDecodeError on every later search (a review, stop 28): now a miss."""
+    import trainers.models
+    import trainers.processing as proc
+    from evaluators.sources import make_task
+
+    calls: list[str] = []
+
+    def load_policy(path, device, **kw):
+        calls.append(path)
+        return None, None
+
+    monkeypatch.setattr(trainers.models, "load_policy", load_policy)
+    monkeypatch.setattr(proc, "estimate_pass_rates", lambda *a, **k: {"1+1": 0.5})
+    tasks = [make_task(SourceSpec("reasoning_gym", "basic_arithmetic"), seed=0)]
+    assert proc.pass_rate_table("base", tasks, tmp_path) == {"1+1": 0.5} and len(calls) == 1
+    (path,) = tmp_path.glob("passrate-*.json")
+    assert proc.pass_rate_table("base", tasks, tmp_path) == {"1+1": 0.5} and len(calls) == 1  # a hit
+    path.write_text(path.read_text()[:5])
+    assert proc.pass_rate_table("base", tasks, tmp_path) == {"1+1": 0.5} and len(calls) == 2

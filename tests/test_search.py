@@ -756,3 +756,45 @@ def test_a_trial_killed_after_its_result_completes_and_one_killed_before_its_fir
     assert [(r.number, r.state) for r in recs] == [(0, "complete"), (1, "interrupted"), (2, "interrupted")]
     assert recs[0].scores == {"arithmetic/add": 0.5} and "since its claim" in recs[1].message
     assert u.number == 1 and "its process died" in recs[2].message
+
+
+def test_a_cached_tiny_model_is_said_to_come_from_the_cache(micro_project, tmp_path):
+    """Every run said "pre-training ... for 800 steps", a cached model too, so a build of minutes could not be
+    told from a read of a second (a review, stop 28)."""
+    from sro.executor import SearchContext
+
+    said: list[str] = []
+    SearchContext.prepare(load_project(micro_project("cached")), tmp_path / "runs" / ".cache", log=said.append)
+    assert any("tiny (Qwen2 architecture), from the cache: " in s for s in said), said
+    assert not any("pre-training on" in s for s in said)
+
+
+def test_sigterm_records_the_running_trial_interrupted_and_runs_is_not_a_run_folder(micro_project, tmp_path):
+    """SIGTERM (`kill`, `docker stop`, a scheduler's preemption) killed the search without a word: its trial
+    stayed running until its heartbeat went stale, 10 minutes on another machine (a review, stop 28). It now
+    ends the search as Ctrl-C does. And `--runs` naming a run folder started a study nested inside it."""
+    import signal
+    import time
+
+    project, runs = _with_small_space(micro_project, tmp_path, "term")
+    text = (runs / "term" / "space.yaml").read_text().replace("low: 2, high: 3, why: short", "low: 400, high: 400, "
+                                                                                          "why: long")
+    (runs / "term" / "space.yaml").write_text(text)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+    proc = subprocess.Popen([*SRO, "search", str(project), "--budget", "1trials", "--runs", str(runs)], cwd=tmp_path,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ledger = None
+    for _ in range(240):  # until its trial is training
+        time.sleep(0.5)
+        if (runs / "term" / "study.db").is_file():
+            ledger = ledger or Ledger(load_project(project), runs / "term")
+            recs = ledger.records()
+            if recs and recs[0].curve:
+                break
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and "stopped by SIGTERM" in err, err[-2000:]
+    [rec] = Ledger(load_project(project), runs / "term").records()
+    assert rec.state == "interrupted" and rec.message.startswith("interrupted by SIGTERM")
+    r = run_here("search", str(project), "--runs", str(runs / "term"))
+    assert r.exit_code == 2 and f"pass the folder that holds it: --runs {runs}" in r.output

@@ -74,7 +74,8 @@ def test_jsonl_rows_are_read_exactly_and_every_line_is_checked(tmp_path):
     assert t.score(big, "12345678901234567890") == 1.0 and t.score(big, "12345678901234567891") == 0.0
     assert len(Benchmark.build("b", SourceSpec("jsonl", str(p)), 100, project_seed=0, domain="a").items) == 3
     for text, needle in (('{"question": "a", "answer": "1"}\n{"question": "b", "answer": null}\n',
-                          "line 2 lacks ['answer']"),
+                          "line 2 has answer null"),
+                         ('{"question": "b"}\n', "line 1 lacks ['answer']"),
                          ('{"question": "a", "answer": "1"}\n\n[1, 2]\n', "line 3 lacks ['answer', 'question']"),
                          ('{"question": "a", "answer": "1"}\n{"question": "b"', "line 2 is not JSON")):
         p.write_text(text)

@@ -195,7 +195,10 @@ def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path
 
     path = Path(cache_dir) / f"passrate-{table_id(base_path, tasks, n_items, k, max_new_tokens, seed)}.json"
     if path.is_file():
-        return {str(q): float(r) for q, r in json.loads(path.read_text()).items()}
+        try:
+            return {str(q): float(r) for q, r in json.loads(path.read_text()).items()}
+        except (ValueError, TypeError, AttributeError, OSError):  # not the table (cut short): measured again
+            pass
     model, tok = load_policy(base_path, device, training=False)
     with torch.random.fork_rng():
         torch.manual_seed(seed)

@@ -135,12 +135,22 @@ def pretrain(model, tokenizer, pairs: Sequence[tuple[str, str]], spec: TinySpec,
     return losses
 
 
+def tiny_folder(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: TinySpec) -> Path:
+    """Where `ensure_tiny` keeps the tiny model for these pairs."""
+    return Path(cache_dir) / f"tiny-{cache_key(pairs, spec)}"
+
+
+def tiny_cached(folder: Path) -> bool:
+    """Whether `folder` holds a finished build (`build.json` is written last)."""
+    return (folder / "config.json").is_file() and (folder / "build.json").is_file()
+
+
 def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: TinySpec | None = None,
                 progress: Callable[[int, float], None] | None = None) -> Path:
     """Build (or reuse from cache) the tiny model for these training pairs; return its folder."""
     spec = spec or TinySpec()
-    out = Path(cache_dir) / f"tiny-{cache_key(pairs, spec)}"
-    if (out / "config.json").is_file() and (out / "build.json").is_file():
+    out = tiny_folder(pairs, cache_dir, spec)
+    if tiny_cached(out):
         return out
     t0 = time.time()
     corpus = with_habit(pairs, spec.habit_rate, spec.seed)
