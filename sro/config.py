@@ -318,11 +318,11 @@ class ProjectConfig(_Strict):
     def objective_directions(self) -> list[tuple[str, str]]:
         return [next(iter(o.items())) for o in self.objectives]
 
-    def portable_dump(self) -> dict[str, Any]:
+    def portable_dump(self, unset: bool = False) -> dict[str, Any]:
         """The project as plain data that reads the same from any folder: relative `jsonl:` paths made
         absolute against the project's folder, unset keys left out (what `runs/<name>/project.yaml` and
-        `sro export` write)."""
-        data = self.model_dump(mode="json", exclude_none=True)
+        `sro export` write) unless `unset` (then they are there, as None)."""
+        data = self.model_dump(mode="json", exclude_none=not unset)
         for dname, dom in self.domains.items():
             for group in ("sources", "benchmarks"):
                 for item, src in zip(data["domains"][dname][group], getattr(dom, group)):

@@ -137,17 +137,21 @@ def scored_on(project: ProjectConfig) -> dict[str, Any]:
     """What a trial's scores depend on besides its recipe: the base model, the seed, every domain's sources
     and benchmarks, the completion length and the tiny model's pre-training. A study keeps it, and a project
     that differs there is refused: its trials would be compared with others measured on something else."""
-    data = project.portable_dump()
-    return {"base_model": data.get("base_model"), "seed": data.get("seed"), "domains": data.get("domains"),
+    data = project.portable_dump(unset=True)  # every key, set or not: only a version of SRO adds or drops one
+    domains = {name: {k: v for k, v in dom.items() if k != "description"} for name, dom in data["domains"].items()}
+    return {"base_model": data.get("base_model"), "seed": data.get("seed"), "domains": domains,
             "max_new_tokens": project.runtime.max_new_tokens,
             "tiny_pretrain_steps": project.runtime.tiny_pretrain_steps}
 
 
 def _differences(old: Any, new: Any, at: str = "") -> list[str]:
-    """Key paths where two plain-data trees differ, with the two values (`benchmarks[0].size: 200 → 50`)."""
+    """Key paths where two plain-data trees differ, with the two values (`benchmarks[0].size: 200 → 50`).
+    Below a domain, a key only one side has is a setting that a version of SRO added or removed, not an
+    edit: skipped, so that an upgrade does not lock a study out (a domain added or removed counts)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        return [d for k in [*old, *(k for k in new if k not in old)]
-                for d in _differences(old.get(k), new.get(k), f"{at}.{k}" if at else str(k))]
+        every = at in ("", "domains")
+        keys = [*old, *(k for k in new if k not in old)] if every else [k for k in old if k in new]
+        return [d for k in keys for d in _differences(old.get(k), new.get(k), f"{at}.{k}" if at else str(k))]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
         return [d for i, (a, b) in enumerate(zip(old, new)) for d in _differences(a, b, f"{at}[{i}]")]
     return [] if old == new else [f"{at}: {json.dumps(old)} → {json.dumps(new)}"]

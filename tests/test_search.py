@@ -721,6 +721,14 @@ def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_proj
     with pytest.raises(ConfigError, match=r"scored with another project: domains\.arithmetic\.benchmarks.*size: "
                                           r"24 → 12; .*use a new `name:`"):
         Ledger(load_project(edited), tmp_path / "same")
+    from sro.ledger import _differences
+
+    old = {"domains": {"a": {"sources": [{"reasoning_gym": "x", "jsonl": None}]}}}
+    assert _differences(old, {"domains": {"a": {"sources": [{"reasoning_gym": None, "jsonl": "/d.jsonl"}]}}}) == [
+        'domains.a.sources[0].reasoning_gym: "x" → null', 'domains.a.sources[0].jsonl: null → "/d.jsonl"']
+    # a setting a later SRO adds to a source is no edit; a domain added is
+    assert _differences(old, {"domains": {"a": {"sources": [{"reasoning_gym": "x", "jsonl": None, "new": 1}]}}}) == []
+    assert _differences(old, {"domains": {**old["domains"], "b": {}}}) == ["domains.b: null → {}"]
 
 
 def test_a_trial_killed_after_its_result_completes_and_one_killed_before_its_first_beat_is_rerun(
