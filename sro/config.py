@@ -477,7 +477,8 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
         # an unknown key first: a misspelt required key is also "missing", and its did-you-mean is the fix
         err = min(e.errors(), key=lambda x: x["type"] != "extra_forbidden")
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        raise ConfigError(f"{where}: {_key_path(err['loc'])}: {_explain(err)}{more}") from None
+        at = f"{_key_path(err['loc'])}: " if err["loc"] else ""  # a whole-project check names its keys itself
+        raise ConfigError(f"{where}: {at}{_explain(err)}{more}") from None
     if project.runtime.rollout_backend != "hf":  # refused here, not in every trial of the search
         from trainers.backends import unavailable
 

@@ -280,7 +280,7 @@ def test_calibration_metrics_of_a_textworld_benchmark_and_their_directions(micro
         with pytest.raises(ValueError, match=f"improves towards .* values; write `{fix}`"):
             ProjectConfig.model_validate({"name": "a", "domains": {"agent": agent}, "objectives": [{key: wrong}]})
     msg = _err(micro_project, lambda d: d.update(objectives=[{"arithmetic/add": "max"}, {"cost": "max"}]))
-    assert "objectives[1]: cost: max, but the cost improves towards lower values; write `cost: min`" in msg
+    assert "(top level)" not in msg and ".yaml: objectives[1]: cost: max, but the cost improves towards lower values; write `cost: min`" in msg
     msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(metric="ece"))
     assert "metric 'ece' does not apply to a reasoning_gym benchmark; use accuracy" in msg
 
