@@ -30,11 +30,11 @@ def _fail(msg: str, code: int = 2) -> None:
 def _check_runs(runs: Path) -> None:
     """`--runs` names the folder that holds run folders; a run folder itself there started a study nested
     inside it, with a base model of its own (a review, stop 28)."""
-    if (runs / "project.yaml").is_file() or (runs / "study.db").is_file():
+    if (runs / "project.yaml").is_file():  # (a study.db alone may be a `storage:` URL's file)
         from sro.config import ConfigError
 
-        raise ConfigError(f"--runs {runs} is a run folder (it holds project.yaml or study.db); pass the folder "
-                          f"that holds it: --runs {runs.parent}")
+        raise ConfigError(f"--runs {runs} is a run folder (it holds project.yaml); pass the folder that holds it: "
+                          f"--runs {runs.parent}")
 
 
 def _user_errors():

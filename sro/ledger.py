@@ -10,6 +10,7 @@ and on any host once the trial has recorded no heartbeat (Optuna's, in the stora
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
@@ -136,11 +137,29 @@ class NoStudyError(ConfigError):
 def scored_on(project: ProjectConfig) -> dict[str, Any]:
     """What a trial's scores depend on besides its recipe: the base model, the seed, every domain's sources
     and benchmarks, the completion length and the tiny model's pre-training. A study keeps it, and a project
-    that differs there is refused: its trials would be compared with others measured on something else."""
+    that differs there is refused: its trials would be compared with others measured on something else.
+    Files are named by their contents, not their paths (workers on machines whose checkouts lie elsewhere,
+    a project folder renamed), and a local base model by its folder's name; benchmarks by their names,
+    in any order."""
     data = project.portable_dump(unset=True)  # every key, set or not: only a version of SRO adds or drops one
-    domains = {name: {k: v for k, v in dom.items() if k != "description"} for name, dom in data["domains"].items()}
-    return {"base_model": data.get("base_model"), "seed": data.get("seed"), "domains": domains,
-            "max_new_tokens": project.runtime.max_new_tokens,
+
+    def entry(item: dict[str, Any]) -> dict[str, Any]:
+        if item.get("jsonl"):
+            path = Path(item["jsonl"])
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "missing"
+            item = {**item, "jsonl": f"{path.name} (sha256 {digest})"}
+        return item
+
+    domains = {name: {"sources": [entry(s) for s in dom["sources"]],
+                      "benchmarks": {b["name"]: entry({k: v for k, v in b.items() if k != "name"})
+                                     for b in dom["benchmarks"]},
+                      **{k: v for k, v in dom.items() if k not in ("description", "sources", "benchmarks")}}
+               for name, dom in data["domains"].items()}
+    base = str(data.get("base_model"))
+    from trainers.models import looks_like_path
+
+    return {"base_model": Path(base).name if looks_like_path(base) else base, "seed": data.get("seed"),
+            "domains": domains, "max_new_tokens": project.runtime.max_new_tokens,
             "tiny_pretrain_steps": project.runtime.tiny_pretrain_steps}
 
 
@@ -149,7 +168,7 @@ def _differences(old: Any, new: Any, at: str = "") -> list[str]:
     Below a domain, a key only one side has is a setting that a version of SRO added or removed, not an
     edit: skipped, so that an upgrade does not lock a study out (a domain added or removed counts)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        every = at in ("", "domains")
+        every = at in ("", "domains") or at.endswith(".benchmarks") or ".config" in at  # free-form: every key
         keys = [*old, *(k for k in new if k not in old)] if every else [k for k in old if k in new]
         return [d for k in keys for d in _differences(old.get(k), new.get(k), f"{at}.{k}" if at else str(k))]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
@@ -266,11 +285,8 @@ class Ledger:
             outcome = t.user_attrs.get("outcome")
             if outcome is not None:  # its process died after recording how it ended, before saying it ended
                 try:
-                    values = outcome["values"]
-                    state = (TrialState.COMPLETE if values is not None and all(map(math.isfinite, values))
-                             else TrialState.FAIL if values is not None else TrialState[outcome["state"]])
-                    _again(lambda t=t, s=state, v=values: self.storage.set_trial_state_values(
-                        t._trial_id, s, v if s == TrialState.COMPLETE else None))
+                    state, values = _ending(outcome)
+                    _again(lambda t=t, s=state, v=values: self.storage.set_trial_state_values(t._trial_id, s, v))
                 except UpdateFinishedTrialError:
                     pass
                 continue
@@ -388,6 +404,17 @@ class Ledger:
                   cost: dict[str, float] | None = None, by: str = "the user") -> None:
         """A trial stopped by the user (or `by` a signal): recorded as interrupted so the next search runs it
         again; the `cost` it used until then stays spent."""
+        try:  # Ctrl-C between a result and its end (`_close`): the result stands
+            now = self.storage.get_trial(trial._trial_id)
+            outcome = None if now.state.is_finished() else now.user_attrs.get("outcome")
+        except STORAGE_BUSY:
+            outcome = None
+        if outcome is not None:
+            state, values = _ending(outcome)
+            _again(lambda: self.storage.set_trial_state_values(trial._trial_id, state, values))
+            self._closed.add(trial._trial_id)
+            self._stop_heartbeat(trial)
+            return
         self._close(trial, TrialState.FAIL, {"message": f"interrupted by {by}", "interrupted": True,
                                              "curve": curve, "cost": cost or {}})
 
@@ -524,6 +551,15 @@ STORAGE_BUSY = (StorageInternalError, sqlalchemy.exc.OperationalError)
 PostgreSQL connection): written again, not a trial's failure."""
 STORAGE_ERRORS = (StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 """Anything the storage raises: never a recipe's failure (a trial it ends is interrupted, run again)."""
+
+
+def _ending(outcome: dict[str, Any]) -> tuple[TrialState, list[float] | None]:
+    """The state and values a trial's recorded `outcome` ends it with (as Optuna's `tell` would: values
+    that are not all finite fail it)."""
+    values = outcome["values"]
+    if values is None:
+        return TrialState[outcome["state"]], None
+    return (TrialState.COMPLETE, values) if all(map(math.isfinite, values)) else (TrialState.FAIL, None)
 
 
 def _never_beat(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> set[int]:

@@ -71,8 +71,10 @@ def load_space(project: ProjectConfig, run_dir: Path, console: Console, ctx: Sea
             ledger.publish_space(local)
         return local
     if ctx is None:  # no base model at hand: the generic default, saved for review
+        from sro.designer.design import write_space
+
         space = default_space(project)
-        path.write_text("# SRO recipe space: edit bounds or choices, then rerun `sro search`\n" + space.to_yaml())
+        path = write_space(run_dir, space, log=console.print)  # with its versioned copy, as any space
     else:
         from sro.designer.design import design_space
 
@@ -134,7 +136,16 @@ budget on failed trials."""
 
 RECIPES_OWN = ("OutOfMemoryError", "MemoryError", "TrialFailed")
 """Failures that are the recipe's own even when several come in a row (a search exploring large batches
-runs out of memory on each): they never stop the search."""
+runs out of memory on each): they never stop the search. On a CPU torch says so in a RuntimeError
+("DefaultCPUAllocator: can't allocate memory"), told by its text (`_recipes_own`)."""
+
+
+def _recipes_own(message: str) -> bool:
+    first = message.split("\n", 1)[0].lower()
+    return message.startswith(RECIPES_OWN) or "can't allocate memory" in first or "out of memory" in first
+
+
+REQUEUED_NOTE = "failed with an error that"
 
 
 class Terminated(KeyboardInterrupt):
@@ -162,8 +173,8 @@ def _signature(message: str) -> str:
 
 def crashed(records: list[TrialRecord]) -> dict[str, int]:
     """Recipes (by key) interrupted `MAX_CRASHES` times or more other than by the user, with the count."""
-    counts = Counter(r.recipe.key for r in records if r.state == "interrupted"
-                     and not r.message.startswith("interrupted by "))  # Ctrl-C, SIGTERM: not the recipe's doing
+    counts = Counter(r.recipe.key for r in records if r.state == "interrupted"  # as `Ledger.recover` says it
+                     and r.message.startswith(("interrupted: its process died", "interrupted: no heartbeat")))
     return {k: n for k, n in counts.items() if n >= MAX_CRASHES}
 
 
@@ -458,17 +469,22 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this
             ended = next((r for r in ledger.records() if r.number == trial.number), None)
-            failures = [*failures, ended] if ended is not None and ended.state == "failed" and not ended.message.startswith(
-                RECIPES_OWN) else []
+            failures = ([*failures, ended] if ended is not None and ended.state == "failed"
+                        and not _recipes_own(ended.message) else [])
             if len(failures) >= SAME_FAILURES and len({_signature(r.message) for r in failures[-SAME_FAILURES:]}) == 1:
                 last = failures[-SAME_FAILURES:]
                 numbers = ", ".join(str(r.number) for r in last)
-                ledger.requeue([r.number for r in last], f"failed with an error that {SAME_FAILURES} trials in a row "
-                                                          "had (the environment's, not the recipe's)")
+                # run again once: a recipe put back before that failed the same way again stays failed
+                back = {r.recipe.key for r in ledger.records() if r.state == "interrupted" and REQUEUED_NOTE in r.message}
+                again = [r.number for r in last if r.recipe.key not in back]
+                ledger.requeue(again, f"{REQUEUED_NOTE} {SAME_FAILURES} trials in a row had (the environment's, not "
+                                      "the recipe's)")
                 raise RepeatedFailure(
                     f"trials {numbers} failed in a row with the same error: {last[-1].message.splitlines()[0]}; "
                     "that is most likely the environment (the model's files, the disk, a library), not the "
-                    "recipes. Fix it and rerun the same command: those recipes run again first")
+                    "recipes. Fix it and rerun the same command" + (
+                        f": trial(s) {', '.join(map(str, again))} run again first" if again else
+                        " (these recipes stay failed: each was run again once already)"))
             ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
             ledger.put("score_s", round(ctx.score_s, 2))
             shared = ledger.shared_space()

@@ -721,12 +721,26 @@ def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_proj
     with pytest.raises(ConfigError, match=r"scored with another project: domains\.arithmetic\.benchmarks.*size: "
                                           r"24 → 12; .*use a new `name:`"):
         Ledger(load_project(edited), tmp_path / "same")
+    # the same project and data in another folder (another machine's checkout, a renamed folder) resumes;
+    # the data edited in place does not
+    for where in ("a", "b"):
+        (tmp_path / where / "data").mkdir(parents=True)
+        (tmp_path / where / "data" / "q.jsonl").write_text('{"question": "1+1", "answer": "2"}\n' * 3)
+        (tmp_path / where / "p.yaml").write_text(
+            "name: files\ndomains:\n  m:\n    sources: [{jsonl: data/q.jsonl}]\n"
+            "    benchmarks: [{name: q, jsonl: data/q.jsonl}]\n")
+        Ledger(load_project(tmp_path / where / "p.yaml"), tmp_path / "files")
+    (tmp_path / "b" / "data" / "q.jsonl").write_text('{"question": "1+1", "answer": "3"}\n' * 3)
+    with pytest.raises(ConfigError, match=r"domains\.m\.sources\[0\]\.jsonl: \"q\.jsonl \(sha256 "):
+        Ledger(load_project(tmp_path / "b" / "p.yaml"), tmp_path / "files")
     from sro.ledger import _differences
 
     old = {"domains": {"a": {"sources": [{"reasoning_gym": "x", "jsonl": None}]}}}
     assert _differences(old, {"domains": {"a": {"sources": [{"reasoning_gym": None, "jsonl": "/d.jsonl"}]}}}) == [
         'domains.a.sources[0].reasoning_gym: "x" → null', 'domains.a.sources[0].jsonl: null → "/d.jsonl"']
-    # a setting a later SRO adds to a source is no edit; a domain added is
+    # a setting a later SRO adds to a source is no edit; a domain added is, and so is a generator's setting
+    assert _differences({"b": {"q": {"config": {}}}}, {"b": {"q": {"config": {"max_digits": 4}}}}) == [
+        "b.q.config.max_digits: null → 4"]
     assert _differences(old, {"domains": {"a": {"sources": [{"reasoning_gym": "x", "jsonl": None, "new": 1}]}}}) == []
     assert _differences(old, {"domains": {**old["domains"], "b": {}}}) == ["domains.b: null → {}"]
 
@@ -806,3 +820,19 @@ def test_sigterm_records_the_running_trial_interrupted_and_runs_is_not_a_run_fol
     assert rec.state == "interrupted" and rec.message.startswith("interrupted by SIGTERM")
     r = run_here("search", str(project), "--runs", str(runs / "term"))
     assert r.exit_code == 2 and f"pass the folder that holds it: --runs {runs}" in r.output
+
+
+def test_ctrl_c_between_a_result_and_its_end_keeps_the_result(micro_project, tmp_path, monkeypatch):
+    """Ctrl-C (or SIGTERM) after a trial's result was written but before the trial was told finished was
+    recorded as interrupted over it, and the finished recipe ran again (a review, stop 28)."""
+    project = load_project(micro_project("ctrlc"))
+    ledger = Ledger(project, tmp_path / "ctrlc")
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    t = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
+    with monkeypatch.context() as m:
+        m.setattr(ledger.study, "tell", lambda *args, **kw: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    ledger.interrupt(t, [], {"wall_s": 3.0})  # what the search does on the KeyboardInterrupt
+    [rec] = ledger.records()
+    assert rec.state == "complete" and rec.scores == {"arithmetic/add": 0.5} and not ledger._beats

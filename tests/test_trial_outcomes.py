@@ -452,3 +452,10 @@ def test_a_recipe_whose_process_keeps_dying_is_given_up():
     assert search_mod.crashed(ends(a, died, 3)) == {a.key: 3}
     assert search_mod._retry(ends(a, died, 3) + ends(b, died, 1), space) == b
     assert search_mod._retry(ends(a, "interrupted by the user", 5), space) == a
+    # put back after the environment failed it, or released after a storage error: not the recipe's doing
+    assert search_mod._retry(ends(a, "interrupted: failed with an error that 3 trials in a row had", 3), space) == a
+    assert search_mod._retry(ends(a, "interrupted: its worker stopped during the trial (OperationalError)", 3),
+                             space) == a
+    assert search_mod._recipes_own("RuntimeError: [enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: "
+                                   "can't allocate memory: you tried to allocate 123 bytes")
+    assert not search_mod._recipes_own("OSError: model.safetensors: header is cut short")
