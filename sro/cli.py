@@ -117,7 +117,7 @@ def design(
     from sro.search import _written_space
 
     try:
-        proj = load_project(project)
+        proj = load_project(project, trains=False)  # designing trains nothing: a GPU project designs on a laptop
         b = Budget.parse(budget or proj.budget)
         _check_runs(runs)
         run_dir = runs / proj.name

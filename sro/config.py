@@ -446,8 +446,9 @@ def _check_sources(project: ProjectConfig, base_dir: Path) -> None:
                     raise ConfigError(f"domains.{dname}.{group}[{i}].{field}: {e}") from None
 
 
-def load_project(path: str | os.PathLike[str]) -> ProjectConfig:
-    """Read and validate a project YAML; raise `ConfigError` with file, key path and fix."""
+def load_project(path: str | os.PathLike[str], trains: bool = True) -> ProjectConfig:
+    """Read and validate a project YAML; raise `ConfigError` with file, key path and fix. `trains`: this
+    machine will train it, so its rollout backend must run here (`sro design` only measures: False)."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a folder; pass the path of a project YAML (e.g. search_spaces/quickstart.yaml)")
@@ -463,10 +464,10 @@ def load_project(path: str | os.PathLike[str]) -> ProjectConfig:
     if isinstance(data, dict) and "project" in data and "recipe" in data:  # was "name: required key is missing"
         raise ConfigError(f"{path}: this is a recipe file (`project:` and `recipe:`, as `sro export` writes it), "
                           f"not a project; run `sro train {path}` on it, or pass a project YAML")
-    return project_from_data(data, path.parent, str(path))
+    return project_from_data(data, path.parent, str(path), trains)
 
 
-def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -> ProjectConfig:
+def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str, trains: bool = True) -> ProjectConfig:
     """Validate a project given as data (a parsed YAML mapping); relative paths resolve against
     `base_dir`; errors are `ConfigError`s that start with `where` (a file, or `file: project`)."""
     if not isinstance(data, dict):
@@ -479,7 +480,7 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str) -
         more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
         at = f"{_key_path(err['loc'])}: " if err["loc"] else ""  # a whole-project check names its keys itself
         raise ConfigError(f"{where}: {at}{_explain(err)}{more}") from None
-    if project.runtime.rollout_backend != "hf":  # refused here, not in every trial of the search
+    if trains and project.runtime.rollout_backend != "hf":  # refused here, not in every trial of the search
         from trainers.backends import unavailable
 
         if (why := unavailable(project.runtime.rollout_backend)) is not None:

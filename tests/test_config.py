@@ -312,6 +312,10 @@ def test_a_rollout_backend_this_machine_cannot_run_is_refused_when_the_project_l
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     msg = _err(micro_project, lambda d: d["runtime"].update(rollout_backend="vllm"))
     assert "runtime.rollout_backend: rollout backend 'vllm' needs a CUDA GPU; use rollout_backend: hf" in msg
+    # `sro design` trains nothing: the space of a GPU project may be designed on a laptop
+    path = micro_project()
+    path.write_text(path.read_text().replace("runtime: {", "runtime: {rollout_backend: vllm, "))
+    assert load_project(path, trains=False).runtime.rollout_backend == "vllm"
 
 
 def test_a_misspelt_required_key_is_reported_as_the_unknown_key_with_its_fix(micro_project):
