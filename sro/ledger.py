@@ -223,7 +223,13 @@ class Ledger:
             raise ConfigError(f"storage {_shown(url)}: study {project.name!r} has other objectives than "
                               f"{[k for k, _ in self.objectives]} (its trials were scored on others); use a new "
                               "project name, or put the objectives back")
-        self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
+        if create:  # a search: the read-only commands read the study as it is (its files may have changed since)
+            self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
+            self._check_scored_on(project)
+        self.recover()
+
+    def _check_scored_on(self, project: ProjectConfig) -> None:
+        """Refuse `project` where a trial's scores depend on it otherwise than the study's (`scored_on`)."""
         kept, now = self.get("scored_on"), scored_on(project)
         if kept is None:  # a new study, or one older than this check
             self.put("scored_on", now)
@@ -232,7 +238,6 @@ class Ledger:
             raise ConfigError(f"study {project.name!r} in {self.run_dir} was scored with another project: "
                               f"{'; '.join(differ[:3])}{more}; its trials would be compared with trials measured "
                               "otherwise: use a new `name:` for the changed project, or put those settings back")
-        self.recover()
 
     # --- study-level facts --------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:

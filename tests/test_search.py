@@ -733,6 +733,12 @@ def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_proj
     (tmp_path / "b" / "data" / "q.jsonl").write_text('{"question": "1+1", "answer": "3"}\n' * 3)
     with pytest.raises(ConfigError, match=r"domains\.m\.sources\[0\]\.jsonl: \"q\.jsonl \(sha256 "):
         Ledger(load_project(tmp_path / "b" / "p.yaml"), tmp_path / "files")
+    # the read-only commands read the study whatever its files have become since
+    from sro.report import _load
+
+    (tmp_path / "files" / "project.yaml").write_text(yaml.safe_dump(load_project(tmp_path / "b" / "p.yaml")
+                                                                    .portable_dump()))
+    assert _load(tmp_path / "files")[1] == []
     from sro.ledger import _differences
 
     old = {"domains": {"a": {"sources": [{"reasoning_gym": "x", "jsonl": None}]}}}
