@@ -124,9 +124,9 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
 
 
 MAX_CRASHES = 3
-"""A recipe whose trial was interrupted this many times other than by the user (its process died: out of
-memory, a segfault, a kill) is not run again: retried first on every resume, it would take down every
-worker that picks it up, for ever."""
+"""A recipe whose trial was found dead this many times (`Ledger.recover`: its process died, out of memory,
+a segfault, a kill -9; not Ctrl-C, SIGTERM, a storage error or a put-back trial) is not run again:
+retried first on every resume, it would take down every worker that picks it up, for ever."""
 
 SAME_FAILURES = 3
 """Trials in a row of one worker that fail with the same error (numbers aside) stop the search: a model
@@ -172,7 +172,7 @@ def _signature(message: str) -> str:
 
 
 def crashed(records: list[TrialRecord]) -> dict[str, int]:
-    """Recipes (by key) interrupted `MAX_CRASHES` times or more other than by the user, with the count."""
+    """Recipes (by key) found dead `MAX_CRASHES` times or more (`MAX_CRASHES`), with the count."""
     counts = Counter(r.recipe.key for r in records if r.state == "interrupted"  # as `Ledger.recover` says it
                      and r.message.startswith(("interrupted: its process died", "interrupted: no heartbeat")))
     return {k: n for k, n in counts.items() if n >= MAX_CRASHES}
