@@ -382,11 +382,13 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         if pp.live.is_started:
             pp.stop()
     base = ledger.get("base_scores")
-    if base is None or ledger.get("base_path") != ctx.base_path:
+    # the model's folder resolved: `--runs runs` and `--runs /abs/runs` name one model (scored again otherwise)
+    where = str(Path(ctx.base_path).resolve()) if Path(ctx.base_path).exists() else ctx.base_path
+    if base is None or ledger.get("base_path") != where:
         with console.status("scoring the base model on the held-out benchmarks ..."):
             base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{escape(m)}[/]", highlight=False))
         ledger.put("base_scores", base)
-        ledger.put("base_path", ctx.base_path)
+        ledger.put("base_path", where)
     ledger.put("overlap", ctx.overlap)
     # the last held-out scoring's seconds, which a trial's time limit keeps for its own scoring: kept in the
     # study, so a resumed worker (the base model's scores cached, nothing scored yet) keeps them too

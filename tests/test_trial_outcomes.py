@@ -459,3 +459,29 @@ def test_a_recipe_whose_process_keeps_dying_is_given_up():
     assert search_mod._recipes_own("RuntimeError: [enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: "
                                    "can't allocate memory: you tried to allocate 123 bytes")
     assert not search_mod._recipes_own("OSError: model.safetensors: header is cut short")
+
+
+def test_a_resume_that_spells_the_runs_folder_otherwise_keeps_the_base_models_scores(micro_project, tmp_path,
+                                                                                     monkeypatch):
+    """The base model's folder was compared as given: `--runs runs` then `--runs /abs/runs` scored the base
+    model again (a review, stop 28)."""
+    import sro.search
+    from sro.executor import SearchContext, TrialOutcome
+
+    scored: list[str] = []
+    real = SearchContext.score_base
+
+    def score_base(self, **kw):
+        scored.append(self.base_path)
+        return real(self, **kw)
+
+    monkeypatch.setattr(SearchContext, "score_base", score_base)
+    monkeypatch.setattr(sro.search, "run_trial", lambda recipe, ctx, max_seconds=None, **kw: TrialOutcome(
+        {"arithmetic/add": 0.4}, {"wall_s": 2.0}, [{"reward": 0.1}] * int(recipe.get("steps")), {}))
+    (tmp_path / "runs" / "spell").mkdir(parents=True)
+    (tmp_path / "runs" / "spell" / "space.yaml").write_text(SPACE.format(fixed="seed: 0"))
+    project = load_project(micro_project("spell"))
+    monkeypatch.chdir(tmp_path)
+    run_search(project, Budget.parse("1trials"), Path("runs"), "random", Console(quiet=True))
+    run_search(project, Budget.parse("2trials"), tmp_path / "runs", "random", Console(quiet=True))
+    assert len(scored) == 1, scored
