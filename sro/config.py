@@ -221,6 +221,9 @@ class ProjectConfig(_Strict):
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     pruning: PruningConfig = Field(default_factory=PruningConfig)
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _source: str = PrivateAttr("")
+    """The file it was read from (`load_project`), for errors found after loading (a start recipe that does
+    not fit the designed space)."""
 
     _name_ok = field_validator("name")(lambda v: _plain_name(v, "name (a folder under runs/)"))
 
@@ -510,4 +513,5 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str, t
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     project._base_dir = base_dir.resolve()
+    project._source = where
     return project

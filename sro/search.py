@@ -199,7 +199,8 @@ def _start_recipes(project: ProjectConfig, space: RecipeSpace, run_dir: Path, re
     recipe file's fixed setting that this space fixes otherwise is noted (`notes`)."""
     return start_recipes(project.start_recipes, space, f"the search space v{space.version} of {run_dir}",
                          skip=(lambda e: log(f"[yellow]skipped[/]: {escape(str(e))}")) if records else None,
-                         note=(lambda m: log(f"[yellow]note[/]: {escape(m)}")) if notes and not records else None)
+                         note=(lambda m: log(f"[yellow]note[/]: {escape(m)}")) if notes and not records else None,
+                         source=project._source)
 
 
 SHARED_CHECK_S = 10.0

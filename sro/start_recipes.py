@@ -27,15 +27,17 @@ class StartRecipeError(SpaceError):
 
 def start_recipes(entries: Sequence[dict[str, Any]], space: RecipeSpace, where: str,
                   skip: Callable[[StartRecipeError], None] | None = None,
-                  note: Callable[[str], None] | None = None) -> list[Recipe]:
-    """The project's start recipes as recipes of `space`; `where` names the space for the messages.
+                  note: Callable[[str], None] | None = None, source: str = "") -> list[Recipe]:
+    """The project's start recipes as recipes of `space`; `where` names the space for the messages, `source`
+    the project file they come from.
     One that does not fit raises `StartRecipeError`, or, given `skip`, is passed to it and left out.
     `note` is told where a recipe file's fixed setting differs from this space's (which wins), and which of
     them this space leaves unset (neither fixed nor searched)."""
     out = []
     for i, values in enumerate(entries):
         try:
-            out.append(start_recipe(values, space, f"start_recipes[{i}]", where, note))
+            out.append(start_recipe(values, space, f"{source}: start_recipes[{i}]" if source else f"start_recipes[{i}]",
+                                    where, note))
         except StartRecipeError as e:
             if skip is None:
                 raise

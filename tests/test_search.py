@@ -532,7 +532,7 @@ def test_a_start_recipe_outside_the_space_stops_a_new_study(micro_project, tmp_p
     bad = micro_project("badstart", extra="start_recipes:\n  - {lr: 0.002, group_size: 4, steps: 2}\n")
     r = run("search", str(bad), "--budget", "2trials", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-3000:]
-    assert "start_recipes[0]: recipe lacks 'prompts_per_step'" in r.stderr
+    assert f"{bad}: start_recipes[0]: recipe lacks 'prompts_per_step'" in r.stderr.replace("\n", "")
     assert "preparing benchmarks" not in r.stdout
     assert not (runs / "badstart" / "trials.json").exists() or _trials(runs / "badstart") == []
 
