@@ -289,11 +289,7 @@ class Ledger:
                 continue
             outcome = t.user_attrs.get("outcome")
             if outcome is not None:  # its process died after recording how it ended, before saying it ended
-                try:
-                    state, values = _ending(outcome)
-                    _again(lambda t=t, s=state, v=values: self.storage.set_trial_state_values(t._trial_id, s, v))
-                except UpdateFinishedTrialError:
-                    pass
+                self._end_as_recorded(t._trial_id, outcome)
                 continue
             try:  # the state first: whoever ends a trial first owns its outcome (its owner, or this)
                 _again(lambda t=t: self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
@@ -415,13 +411,24 @@ class Ledger:
         except STORAGE_BUSY:
             outcome = None
         if outcome is not None:
-            state, values = _ending(outcome)
-            _again(lambda: self.storage.set_trial_state_values(trial._trial_id, state, values))
+            self._end_as_recorded(trial._trial_id, outcome)
             self._closed.add(trial._trial_id)
             self._stop_heartbeat(trial)
             return
         self._close(trial, TrialState.FAIL, {"message": f"interrupted by {by}", "interrupted": True,
                                              "curve": curve, "cost": cost or {}})
+
+    def _end_as_recorded(self, trial_id: int, outcome: dict[str, Any]) -> None:
+        """End a trial with the `outcome` `_close` recorded before its `tell` (as `tell` would have: values
+        that are not all finite fail it); nothing if it has ended meanwhile."""
+        values = outcome["values"]
+        state = (TrialState[outcome["state"]] if values is None
+                 else TrialState.COMPLETE if all(map(math.isfinite, values)) else TrialState.FAIL)
+        try:
+            _again(lambda: self.storage.set_trial_state_values(
+                trial_id, state, values if state == TrialState.COMPLETE else None))
+        except UpdateFinishedTrialError:
+            pass
 
     def requeue(self, numbers: Collection[int], why: str) -> None:
         """Turn failed trials into interrupted ones (`why` their message; their cost stays spent): their
@@ -494,9 +501,7 @@ class Ledger:
                     note = note or {"message": "interrupted: marked by another worker (its note is missing)",
                                     "cost": a.get("so_far", {})}
                     a = {**a, **note, "interrupted": True}
-            if t.state == TrialState.FAIL and "interrupted" not in a:
-                notes = self.study.user_attrs if notes is None else notes
-                if f"{REQUEUED}{t.number}" in notes:  # `requeue`: failed by the environment, run again
+                elif f"{REQUEUED}{t.number}" in notes:  # `requeue`: failed by the environment, run again
                     a = {**a, "message": notes[f"{REQUEUED}{t.number}"], "interrupted": True}
             if a.get("interrupted") and t.state == TrialState.FAIL:
                 state = "interrupted"
@@ -556,15 +561,6 @@ STORAGE_BUSY = (StorageInternalError, sqlalchemy.exc.OperationalError)
 PostgreSQL connection): written again, not a trial's failure."""
 STORAGE_ERRORS = (StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 """Anything the storage raises: never a recipe's failure (a trial it ends is interrupted, run again)."""
-
-
-def _ending(outcome: dict[str, Any]) -> tuple[TrialState, list[float] | None]:
-    """The state and values a trial's recorded `outcome` ends it with (as Optuna's `tell` would: values
-    that are not all finite fail it)."""
-    values = outcome["values"]
-    if values is None:
-        return TrialState[outcome["state"]], None
-    return (TrialState.COMPLETE, values) if all(map(math.isfinite, values)) else (TrialState.FAIL, None)
 
 
 def _never_beat(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> set[int]:

@@ -171,6 +171,23 @@ def _signature(message: str) -> str:
     return re.sub(r"\d+(\.\d+)?", "#", message.strip().split("\n")[0])
 
 
+def _stop_if_repeating(ledger: Ledger, failures: list[TrialRecord], records: list[TrialRecord]) -> None:
+    """`RepeatedFailure` when the last `SAME_FAILURES` of this worker's `failures` in a row had one error; those
+    trials are put back (`Ledger.requeue`) unless their recipe was put back once already."""
+    last = failures[-SAME_FAILURES:]
+    if len(last) < SAME_FAILURES or len({_signature(r.message) for r in last}) > 1:
+        return
+    back = {r.recipe.key for r in records if r.state == "interrupted" and REQUEUED_NOTE in r.message}
+    again = [r.number for r in last if r.recipe.key not in back]
+    ledger.requeue(again, f"{REQUEUED_NOTE} {SAME_FAILURES} trials in a row had (the environment's, not the recipe's)")
+    raise RepeatedFailure(
+        f"trials {', '.join(str(r.number) for r in last)} failed in a row with the same error: "
+        f"{last[-1].message.splitlines()[0]}; that is most likely the environment (the model's files, the disk, "
+        "a library), not the recipes. Fix it and rerun the same command" + (
+            f": trial(s) {', '.join(map(str, again))} run again first" if again else
+            " (these recipes stay failed: each was run again once already)"))
+
+
 def crashed(records: list[TrialRecord]) -> dict[str, int]:
     """Recipes (by key) found dead `MAX_CRASHES` times or more (`MAX_CRASHES`), with the count."""
     counts = Counter(r.recipe.key for r in records if r.state == "interrupted"  # as `Ledger.recover` says it
@@ -471,24 +488,12 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 break
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this
-            ended = next((r for r in ledger.records() if r.number == trial.number), None)
+            records = ledger.records()  # read once after the trial: the failure streak and the hypervolume
+            ended = next((r for r in records if r.number == trial.number), None)
             failures = ([*failures, ended] if ended is not None and ended.state == "failed"
                         and not _recipes_own(ended.message) else [])
-            if len(failures) >= SAME_FAILURES and len({_signature(r.message) for r in failures[-SAME_FAILURES:]}) == 1:
-                last = failures[-SAME_FAILURES:]
-                numbers = ", ".join(str(r.number) for r in last)
-                # run again once: a recipe put back before that failed the same way again stays failed
-                back = {r.recipe.key for r in ledger.records() if r.state == "interrupted" and REQUEUED_NOTE in r.message}
-                again = [r.number for r in last if r.recipe.key not in back]
-                ledger.requeue(again, f"{REQUEUED_NOTE} {SAME_FAILURES} trials in a row had (the environment's, not "
-                                      "the recipe's)")
-                raise RepeatedFailure(
-                    f"trials {numbers} failed in a row with the same error: {last[-1].message.splitlines()[0]}; "
-                    "that is most likely the environment (the model's files, the disk, a library), not the "
-                    "recipes. Fix it and rerun the same command" + (
-                        f": trial(s) {', '.join(map(str, again))} run again first" if again else
-                        " (these recipes stay failed: each was run again once already)"))
-            ledger.put("hypervolume", hypervolume_history(ledger.records(), objectives, project.reference_point))
+            _stop_if_repeating(ledger, failures, records)
+            ledger.put("hypervolume", hypervolume_history(records, objectives, project.reference_point))
             ledger.put("score_s", round(ctx.score_s, 2))
             shared = ledger.shared_space()
             if shared is not None and shared.version >= space.version and shared.to_yaml() != space.to_yaml():
