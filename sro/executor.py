@@ -290,9 +290,12 @@ def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, where: 
     then starts with, naming the bad value by its place there (`recipe.values.steps=36.5 must be a
     whole number`) instead of by the recipe's key."""
     values = {**recipe.fixed, **recipe.values}
+    # the recipe's own `seed` is one of `values`, checked by name there (seed: 3.7 is refused, not cut to 3;
+    # seed: 'x' named too); the project's seed otherwise
+    own_seed = {} if "seed" in values else {"seed": seed}
     try:
-        cfg = config_for(str(recipe.get("algorithm", "grpo")), values,
-                         seed=int(recipe.get("seed", seed)), max_seconds=max_seconds, **runtime)
+        cfg = config_for(str(recipe.get("algorithm", "grpo")), values, max_seconds=max_seconds, **own_seed,
+                         **runtime)
         sft_config_for(values)  # sft.steps=2.5 fails here, not when the trial reaches its SFT stage
         return cfg
     except (KeyError, ValueError, TypeError) as e:

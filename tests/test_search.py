@@ -132,6 +132,8 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     ({"lr": -1.0}, "recipe.values.lr must be a positive number (got -1.0)"),
     ({"steps": 0}, "recipe.values.steps must be >= 1 (got 0)"),
     ({"sft.steps": 2.5}, "recipe.values.sft.steps=2.5 must be a whole number"),
+    ({"seed": 3.7}, "recipe.values.seed=3.7 must be a whole number"),
+    ({"seed": "x"}, "recipe.values.seed='x' must be a number"),
 ])
 def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, needle):
     """`sro train` on a recipe whose value the trainer refuses: one line naming the file and the key
@@ -151,6 +153,22 @@ def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, ne
     assert r.exit_code == 2 and f"error: {path}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
     assert "Traceback" not in r.output and "scoring the base model" not in r.stdout
     assert not (tmp_path / "runs").exists()  # nothing loaded or built
+
+
+def test_a_recipe_seed_is_a_whole_number_named_by_its_key():
+    """The recipe's own `seed` is checked as the trainer's other whole-number settings are: 3.0 is 3,
+    3.7 is refused (never cut to 3), a text is named by its key (it was 'invalid literal for int()'
+    with no key); without one the project's seed trains."""
+    from sro.executor import TrialFailed, trainer_config
+
+    assert trainer_config(Recipe({"seed": 3.0}), 0, None).seed == 3
+    assert type(trainer_config(Recipe({}, {"seed": 4.0}), 0, None).seed) is int
+    assert trainer_config(Recipe({}), 5, None).seed == 5
+    for v, needle in ((3.7, "r.yaml: recipe.values.seed=3.7 must be a whole number"),
+                      ("x", "r.yaml: recipe.values.seed='x' must be a number")):
+        with pytest.raises(TrialFailed) as e:
+            trainer_config(Recipe({"seed": v}), 0, None, where="r.yaml")
+        assert str(e.value) == needle
 
 
 def test_a_second_outcome_a_nan_score_and_a_failed_final_write(micro_project, tmp_path, monkeypatch):
