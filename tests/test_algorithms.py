@@ -76,6 +76,7 @@ def test_a_fractional_value_of_a_whole_number_setting_is_named_before_training()
         sft_config_for({"sft.steps": 2.5})
     with pytest.raises(ValueError, match=r"recipe value proas.n_min=2.5 must be a whole number"):
         multi_turn_config("proas", config_for("proas", {}), {"proas.n_min": 2.5})
+    assert config_for("grpo", {"dynamic_sampling": 1}).dynamic_sampling is True  # as a space's bool reads 1
     cfg = config_for("proximal_kl", {"steps": 36.0, "prox.horizon": 3.0})
     assert cfg.steps == 36 and type(cfg.steps) is int and type(cfg.prox.horizon) is int
     assert type(sft_config_for({"sft.steps": 2.0}).steps) is int
@@ -86,7 +87,8 @@ def test_a_fractional_value_of_a_whole_number_setting_is_named_before_training()
             ("grpo", {"steps": 0}, ("steps",), "R.steps must be >= 1 (got 0)"),
             ("grpo", {"lr": "fast"}, ("lr",), "R.lr='fast' must be a number"),
             ("grpo", {"eps": "x"}, ("eps",), "R.eps='x' must be a number"),
-            ("grpo", {"distill.teacher": "oracle"}, ("distill.teacher",), "R.distill.teacher must be one of")):
+            ("grpo", {"distill.teacher": "oracle"}, ("distill.teacher",), "R.distill.teacher must be one of"),
+            ("grpo", {"dynamic_sampling": "yes"}, ("dynamic_sampling",), "R.dynamic_sampling='yes' must be true or false")):
         with pytest.raises(RecipeValueError) as e:
             config_for(algo, values)
         assert e.value.keys == keys and e.value.located({k: f"R.{k}" for k in keys}).startswith(located)

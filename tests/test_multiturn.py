@@ -453,6 +453,37 @@ def test_multi_turn_config_from_recipe_values():
         multi_turn_config("proximal_kl", GRPOConfig(policy_loss="proximal_kl"), {})
 
 
+@pytest.mark.parametrize("values, key, needle", [
+    ({"mt.history": 1.5}, "mt.history", "recipe value mt.history=1.5 must be a whole number"),
+    ({"mt.history": "two"}, "mt.history", "recipe value mt.history='two' must be a number"),
+    ({"mt.history": -1}, "mt.history", "recipe value mt.history must be >= 0 (got -1)"),
+    ({"mt.confidence": "yes"}, "mt.confidence", "recipe value mt.confidence='yes' must be true or false"),
+    ({"mt.reward": 3}, "mt.reward", "recipe value mt.reward=3 must be a name (text)"),
+    ({"mt.reward": "win"}, "mt.reward", "recipe value mt.reward must be success or score (got 'win')"),
+    ({"mt.calib_weight": -0.5}, "mt.calib_weight", "recipe value mt.calib_weight must be >= 0 (got -0.5)"),
+    ({"mt.readout_steps": 2.5}, "mt.readout_steps", "recipe value mt.readout_steps=2.5 must be a whole number"),
+    ({"mt.readout_buffer": 0}, "mt.readout_buffer", "recipe value mt.readout_buffer must be >= 1 (got 0)"),
+    ({"proas.lam": 1.5}, "proas.lam", "recipe value proas.lam must be in [0, 1] (got 1.5)"),
+    ({"proas.window": 0}, "proas.window", "recipe value proas.window must be >= 1 (got 0)"),
+    ({"proas.rescale": "no"}, "proas.rescale", "recipe value proas.rescale='no' must be true or false"),
+])
+def test_a_multi_turn_setting_of_the_wrong_type_or_range_is_named_by_its_key(values, key, needle):
+    """mt.* had no type check (mt.history: 1.5 trained with 1.5 turns of history, mt.confidence: 'yes'
+    was truthy) and a range error named the field, not the recipe key (`MultiTurnConfig: history, ...`);
+    proas.* ranges said `ProASConfig: lam ...`. Each is now a RecipeValueError citing its recipe key."""
+    from trainers.algorithms import RecipeValueError
+
+    with pytest.raises(RecipeValueError) as e:
+        multi_turn_config("proas", GRPOConfig(), values)
+    assert str(e.value) == needle and e.value.keys == (key,)
+
+
+def test_whole_and_zero_one_multi_turn_settings_are_taken_as_their_kind():
+    cfg = multi_turn_config("grpo", GRPOConfig(), {"mt.history": 2.0, "mt.confidence": 1, "proas.window": 4.0})
+    assert type(cfg.history) is int and cfg.history == 2 and cfg.confidence is True
+    assert type(cfg.proas.window) is int
+
+
 def test_multi_turn_batch_schedule_and_kl_to_the_base(policy):
     """The batch clock (§6) grows the games per iteration after `batch_switch_at` and scales lr by
     (N/N₀)^α; β > 0 keeps a frozen copy of the base and adds its k3 KL to the loss."""

@@ -208,17 +208,18 @@ def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
     for k in runtime:
         origin.pop(k, None)
     for prefix, cls in NESTED.items():
-        cfg[prefix] = _settings(cls, prefix, nested[prefix])
+        cfg[prefix] = recipe_settings(cls, prefix, nested[prefix])
     try:
         return GRPOConfig(**cfg)
     except ValueError as e:  # GRPOConfig's own checks (lr > 0, steps >= 1, ...)
         raise _cited(str(e), str(e).removeprefix("GRPOConfig: "), origin) from None
 
 
-def _settings(cls: type, prefix: str, got: dict[str, Any], **runtime: Any) -> Any:
+def recipe_settings(cls: type, prefix: str, got: dict[str, Any], **runtime: Any) -> Any:
     """`cls(**got, **runtime)` for the recipe keys `<prefix>.<field>` in `got` (prefix stripped);
     a ValueError naming the unknown ones and the known fields otherwise, a `RecipeValueError` naming
-    the recipe key of a value of the wrong type or one that `cls` refuses."""
+    the recipe key of a value of the wrong type or one that `cls` refuses (the nested settings here,
+    `trainers.multiturn`'s `proas.*` and `mt.*`)."""
     known = {f.name for f in fields(cls)}
     unknown = set(got) - known
     if unknown:
@@ -230,7 +231,10 @@ def _settings(cls: type, prefix: str, got: dict[str, Any], **runtime: Any) -> An
     try:
         return cls(**got, **runtime)
     except ValueError as e:  # the settings' own checks (teacher must be one of ...)
-        raise _cited(str(e), str(e).removeprefix(f"{cls.__name__}: "), origin) from None
+        err = _cited(str(e), str(e).removeprefix(f"{cls.__name__}: "), origin)
+        if err.keys:  # said by the recipe keys it cites (`recipe value mt.history must be >= 0 (got -1)`)
+            err = RecipeValueError(err.keys, err.detail)
+        raise err from None
 
 
 def _word(name: str) -> str:
@@ -251,8 +255,9 @@ def _cited(message: str, detail: str, origin: dict[str, str]) -> RecipeValueErro
 
 def check_types(cls: type, got: dict[str, Any], origin: dict[str, str]) -> None:
     """Each value in `got` of the wrong type for its field of dataclass `cls` (a number, a whole number,
-    a name), named by its recipe key (`origin`) before `cls` trips over it: `RecipeValueError`. A whole
-    float (36.0) is accepted for an int field and replaced in `got` by the int."""
+    a name, true or false), named by its recipe key (`origin`) before `cls` trips over it:
+    `RecipeValueError`. A whole float (36.0) is accepted for an int field and replaced in `got` by the
+    int; 0 and 1 for a bool field, replaced by False and True (as `RecipeSpace.canonical` reads them)."""
     types = {f.name: (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))).replace(" ", "")
              for f in fields(cls)}
     for f, v in list(got.items()):
@@ -268,6 +273,11 @@ def check_types(cls: type, got: dict[str, Any], origin: dict[str, str]) -> None:
             got[f] = int(v)
         if want == "str" and not isinstance(v, str):
             raise RecipeValueError((key,), f"{key}={v!r} must be a name (text)")
+        if want == "bool" and not isinstance(v, bool):  # mt.confidence: 'yes' would have been truthy
+            if isinstance(v, (int, float)) and v in (0, 1):
+                got[f] = bool(v)
+            else:
+                raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
 
 
 def catalog() -> list[dict[str, Any]]:
@@ -299,7 +309,7 @@ STAGES.add("sft", Stage("sft", "supervised fine-tuning on verified solutions fro
 def sft_config_for(values: dict[str, Any], **runtime: Any) -> SFTConfig:
     """The recipe's SFT stage (steps 0 when the recipe has none)."""
     got = {k[len("sft."):]: v for k, v in values.items() if k.startswith("sft.")}
-    return _settings(SFTConfig, "sft", got, **runtime)
+    return recipe_settings(SFTConfig, "sft", got, **runtime)
 
 
 def stages() -> list[dict[str, Any]]:

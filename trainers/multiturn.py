@@ -20,7 +20,7 @@ import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, episode_metrics, resolve_action
-from trainers.algorithms import ALGORITHMS, check_types
+from trainers.algorithms import ALGORITHMS, recipe_settings
 from trainers.clocks import BatchSchedule
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
 from trainers.grpo import OPTIMIZERS, GRPOConfig
@@ -74,9 +74,10 @@ class MultiTurnConfig:
             problems.append(f"credit must be one of {CREDITS} (got {self.credit!r})")
         if self.reward not in ("success", "score"):
             problems.append(f"reward must be success or score (got {self.reward!r})")
-        if self.history < 0 or self.calib_weight < 0 or self.readout_steps < 0:
-            problems.append("history, calib_weight and readout_steps must be >= 0")
-        if self.readout_buffer < 1:
+        for name in ("history", "calib_weight", "readout_steps"):  # one by name: an error names its mt.* key
+            if not getattr(self, name) >= 0:
+                problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
+        if not self.readout_buffer >= 1:
             problems.append(f"readout_buffer must be >= 1 (got {self.readout_buffer})")
         b = self.base
         unsupported = [name for name, on in (
@@ -445,7 +446,8 @@ class MultiTurnTrainer:
 def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTurnConfig:
     """The multi-turn trainer for a recipe: algorithm `proas` shapes credit with its `proas.*` knobs,
     any other algorithm broadcasts GRPO credit; `mt.<field>` for the fields in `MT_SETTINGS` sets how
-    episodes are played."""
+    episodes are played. A value of the wrong type or out of range is a `RecipeValueError` naming its
+    recipe key (`proas.n_min=2.5 must be a whole number`, `mt.history must be >= 0 (got -1)`)."""
     regimes = ALGORITHMS.get(algorithm).applies_to
     if "multi_turn" not in regimes:  # e.g. proximal_kl: one pass over fresh episodes is plain REINFORCE to it
         raise ValueError(f"algorithm {algorithm} is not declared for multi-turn domains (it applies to "
@@ -455,10 +457,9 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     known = set(ProASConfig.__dataclass_fields__)
     if set(proas) - known:
         raise ValueError(f"unknown ProAS settings {sorted(set(proas) - known)}; known: {sorted(known)}")
-    check_types(ProASConfig, proas, {k: f"proas.{k}" for k in proas})  # proas.n_min=2.5: a whole number
     mt = {k[len("mt."):]: v for k, v in values.items() if k.startswith("mt.")}
     if set(mt) - set(MT_SETTINGS):
         raise ValueError(f"unknown multi-turn settings {sorted(set(mt) - set(MT_SETTINGS))}; "
                          f"known: {sorted(MT_SETTINGS)}")
-    return MultiTurnConfig(base=base, credit="proas" if algorithm == "proas" else "grpo",
-                           proas=ProASConfig(**proas), **mt)
+    return recipe_settings(MultiTurnConfig, "mt", mt, base=base, credit="proas" if algorithm == "proas" else "grpo",
+                           proas=recipe_settings(ProASConfig, "proas", proas))

@@ -72,10 +72,12 @@ class ProASConfig:
                 problems.append(f"{name} must be in [0, 1] (got {getattr(self, name)})")
         if not 0.0 < self.rho <= 1.0:
             problems.append(f"rho must be in (0, 1] (got {self.rho})")
-        if self.k_dev < 1 or self.window < 1 or self.n_min < 1:
-            problems.append("k_dev, window and n_min must be >= 1")
-        if self.prior_a <= 0 or self.prior_b <= 0:
-            problems.append("prior_a and prior_b must be > 0")
+        for name in ("k_dev", "window", "n_min"):  # one by name: a recipe's error says which (proas.window)
+            if not getattr(self, name) >= 1:
+                problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
+        for name in ("prior_a", "prior_b"):
+            if not getattr(self, name) > 0:
+                problems.append(f"{name} must be > 0 (got {getattr(self, name)})")
         if problems:
             raise ValueError("ProASConfig: " + "; ".join(problems))
 
