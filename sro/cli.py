@@ -252,7 +252,7 @@ def train(
         rec = Recipe.from_dict(doc["recipe"])
         _check_recipe_keys(rec, proj, recipe)
         # a bad recipe fails here, before the base model is scored, naming the file and the key
-        trainer_config(rec, proj.seed, None, where=str(recipe))
+        trainer_config(rec, proj.seed, None, where=str(recipe), multi_turn=proj.multi_turn)
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         console.print("scoring the base model on the held-out benchmarks ...")
         base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))

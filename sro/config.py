@@ -301,6 +301,12 @@ class ProjectConfig(_Strict):
                 raise ValueError(f"reference_point names {key!r}, which is not an objective; {fix}")
         return self
 
+    @property
+    def multi_turn(self) -> bool:
+        """Whether its domains play episodes (textworld, env sources and benchmarks): its trials train with
+        the multi-turn trainer, which reads the recipe's `proas.*` and `mt.*` settings."""
+        return any(x.kind in MULTI_TURN_KINDS for dom in self.domains.values() for x in [*dom.sources, *dom.benchmarks])
+
     def lower_is_better(self) -> set[str]:
         """The benchmark keys whose metric improves downwards (ece, brier)."""
         return {key for key, b in self.benchmarks() if b.better == "min"}

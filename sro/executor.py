@@ -283,21 +283,30 @@ def cut_by_limit(curve: list[dict[str, float]], cfg: GRPOConfig) -> bool:
             and float(curve[-1].get("wall_s", 0.0)) >= cfg.max_seconds - 1e-3)
 
 
-def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, where: str | None = None,
-                   **runtime) -> GRPOConfig:
-    """The recipe's algorithm (default grpo) as a validated trainer config (its SFT stage's settings
-    checked too); `TrialFailed` if invalid. `where`: the recipe's file (`sro train`), which the message
-    then starts with, naming the bad value by its place there (`recipe.values.steps=36.5 must be a
-    whole number`) instead of by the recipe's key."""
+def check_recipe(recipe: Recipe, seed: int, multi_turn: bool = False, **runtime) -> GRPOConfig:
+    """The recipe's algorithm (default grpo) as a validated trainer config, its SFT stage's settings
+    checked too, and with `multi_turn` (a project whose domains play episodes) its `proas.*` and `mt.*`
+    settings and whether the algorithm plays episodes (`multi_turn_config`): what a trial would refuse,
+    before anything is loaded. Raises the trainers' errors (`RecipeValueError` names the recipe keys)."""
     values = {**recipe.fixed, **recipe.values}
     # the recipe's own `seed` is one of `values`, checked by name there (seed: 3.7 is refused, not cut to 3;
     # seed: 'x' named too); the project's seed otherwise
     own_seed = {} if "seed" in values else {"seed": seed}
+    algorithm = str(recipe.get("algorithm", "grpo"))
+    cfg = config_for(algorithm, values, **own_seed, **runtime)
+    sft_config_for(values)  # sft.steps=2.5 fails here, not when the trial reaches its SFT stage
+    if multi_turn:  # proas.lam=1.5 fails here, not after the base model has been scored
+        multi_turn_config(algorithm, cfg, values)
+    return cfg
+
+
+def trainer_config(recipe: Recipe, seed: int, max_seconds: float | None, where: str | None = None,
+                   multi_turn: bool = False, **runtime) -> GRPOConfig:
+    """`check_recipe`'s trainer config; `TrialFailed` if invalid. `where`: the recipe's file (`sro train`),
+    which the message then starts with, naming the bad value by its place there (`recipe.values.steps=36.5
+    must be a whole number`) instead of by the recipe's key."""
     try:
-        cfg = config_for(str(recipe.get("algorithm", "grpo")), values, max_seconds=max_seconds, **own_seed,
-                         **runtime)
-        sft_config_for(values)  # sft.steps=2.5 fails here, not when the trial reaches its SFT stage
-        return cfg
+        return check_recipe(recipe, seed, multi_turn, max_seconds=max_seconds, **runtime)
     except (KeyError, ValueError, TypeError) as e:
         if where is None:
             raise TrialFailed(f"recipe {recipe.key} is not a valid trainer config: {e}") from None
@@ -371,7 +380,7 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
 
     `on_checkpoint(step, model, tokenizer)` runs after every training step (after `on_step`); it may
     evaluate the policy and stop the trial by raising (`sro.pruning.Pruner.hook` raises `TrialPruned`)."""
-    cfg = trainer_config(recipe, ctx.project.seed, max_seconds,
+    cfg = trainer_config(recipe, ctx.project.seed, max_seconds, multi_turn=ctx.project.multi_turn,
                          rollout_backend=ctx.project.runtime.rollout_backend)
     t0 = time.monotonic()
     project = ctx.project

@@ -14,6 +14,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import optuna
 import yaml
 from rich.console import Console
@@ -25,7 +26,7 @@ from sro.budget import COSTS, Budget, BudgetError, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.designer.redesign import in_space, maybe_redesign
-from sro.executor import SearchContext, TrialCollapsed, run_trial
+from sro.executor import SearchContext, TrialCollapsed, check_recipe, run_trial
 from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.optimizer.hypervolume import hypervolume_history
@@ -34,6 +35,7 @@ from sro.pruning import Pruner, TrialPruned, pruned_cost, training_seconds
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
 from sro.start_recipes import next_start, start_recipes
+from trainers.algorithms import RecipeValueError
 from trainers.grpo import GRPOConfig
 from trainers.models import pick_device
 
@@ -121,6 +123,23 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
         return RecipeSpace.from_yaml(path.read_text())
     except SpaceError as e:  # not YAML, or not a space
         raise SpaceError(f"{path}: {e}") from None
+
+
+def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path) -> None:
+    """The space's fixed settings as its trials read them, checked before anything trains: a recipe of
+    the space (its centre) with them must be one the trainer takes. A value it refuses that is a fixed
+    setting (`steps: 36.5`, `proas.lam: 1.5`, `mt.history: -1` under `fixed:`) is a `SpaceError` naming
+    space.yaml and the key; it used to fail every trial, after the base model had been scored. A refusal
+    that also cites a searched value is left to the trials (another point of the space may train)."""
+    values = space.from_unit(np.full(space.dim, 0.5))
+    try:
+        check_recipe(Recipe(values, dict(space.fixed)), project.seed, multi_turn=project.multi_turn)
+    except RecipeValueError as e:
+        if e.keys and set(e.keys) <= set(space.fixed) - set(values):
+            raise SpaceError(f"{run_dir / 'space.yaml'}: " + e.located({k: f"fixed.{k}" for k in e.keys})
+                             + "; edit it under `fixed:` there, or remove it for the trainer's default") from None
+    except (KeyError, ValueError, TypeError):
+        pass  # not a value's fault alone (an unknown setting's name, ...): the trials say it
 
 
 MAX_CRASHES = 3
@@ -373,15 +392,19 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         summary.report = write_report(run_dir)  # a kill after the last trial may have left it a trial short
         return summary
 
-    if project.start_recipes and not history and ledger.shared_space() is None:
-        # a new study with a written space: a start recipe outside it fails now, not after the base model's
-        # preparation and scoring (minutes with a real model); a designed space is checked once designed
-        try:
-            written = _written_space(run_dir)
-        except SpaceError:
-            written = None  # `load_space` reports it below
-        if written is not None:
-            _start_recipes(project, written, run_dir, history, console.print, notes=False)  # noted below
+    # a written space (or the study's shared one): a bad fixed setting, and in a new study a start recipe
+    # outside it, fail now, not after the base model's preparation and scoring (minutes with a real model);
+    # a designed space is checked once designed
+    try:
+        written = _written_space(run_dir)
+    except SpaceError:
+        written = None  # `load_space` reports it below
+    shared = ledger.shared_space()
+    at_hand = shared if shared is not None and (written is None or shared.version > written.version) else written
+    if at_hand is not None:
+        _check_fixed(at_hand, project, run_dir)
+    if project.start_recipes and not history and shared is None and written is not None:
+        _start_recipes(project, written, run_dir, history, console.print, notes=False)  # noted below
 
     t0 = time.monotonic()
     console.print("preparing benchmarks, data streams and the base model ...")
@@ -416,6 +439,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     console.print(f"base model held-out: {_fmt_scores(base)}")
     lower = project.lower_is_better()  # benchmarks where beating the base model means scoring below it
     space = load_space(project, run_dir, console, ctx, budget, ledger)
+    _check_fixed(space, project, run_dir)  # a designed one's (what an LLM fixed)
     starts = _start_recipes(project, space, run_dir, ledger.records(), console.print)
     proposer = make_proposer(optimizer, space, project, run_dir)
     if hasattr(proposer, "load_warm_state"):  # a resumed search starts from the last GP fit

@@ -17,7 +17,7 @@ from sro.cli import app
 from sro.config import load_project
 from sro.ledger import Ledger, TrialRecord
 from sro.recipe import Recipe
-from sro.space import RecipeSpace, SpaceError
+from sro.space import Param, RecipeSpace, SpaceError
 
 ROOT = Path(__file__).resolve().parents[1]
 SRO = [sys.executable, "-m", "sro.cli"]
@@ -153,6 +153,84 @@ def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, ne
     assert r.exit_code == 2 and f"error: {path}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
     assert "Traceback" not in r.output and "scoring the base model" not in r.stdout
     assert not (tmp_path / "runs").exists()  # nothing loaded or built
+
+
+CORRIDOR = {"name": "c", "base_model": "tiny", "seed": 0,
+            "plugins": [str(ROOT / "search_spaces" / "plugins" / "corridor.py")],
+            "domains": {"corridor": {
+                "sources": [{"env": "corridor", "config": {"length": 2, "doors": 2, "games": 4, "max_steps": 4}}],
+                "benchmarks": [{"name": "held", "env": "corridor",
+                                "config": {"length": 2, "doors": 2, "games": 4, "max_steps": 4}}]}}}
+"""An agent project (a plugin's environment): its trials train with the multi-turn trainer."""
+
+
+def _nothing_prepared(monkeypatch) -> None:
+    """Fail loudly if the base model would be prepared (the tiny model built, the benchmarks scored)."""
+    import sro.executor
+
+    def prepare(*a, **k):
+        raise AssertionError("the base model was prepared before the bad value was found")
+
+    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(prepare))
+
+
+@pytest.mark.parametrize("values, fixed, needle", [
+    ({"algorithm": "proas", "proas.lam": 1.5}, {}, "recipe.values.proas.lam must be in [0, 1] (got 1.5)"),
+    ({"proas.n_min": 2.5}, {}, "recipe.values.proas.n_min=2.5 must be a whole number"),
+    ({"mt.history": 1.5}, {}, "recipe.values.mt.history=1.5 must be a whole number"),
+    ({}, {"mt.confidence": "yes"}, "recipe.fixed.mt.confidence='yes' must be true or false"),
+    ({"mt.readout_buffer": 0}, {}, "recipe.values.mt.readout_buffer must be >= 1 (got 0)"),
+    ({"algorithm": "proximal_kl"}, {}, "recipe.values.algorithm: proximal_kl is not declared for multi-turn domains"),
+])
+def test_train_refuses_a_bad_multi_turn_setting_before_the_base_model(tmp_path, monkeypatch, values, fixed, needle):
+    """An agent project's recipe with a bad proas.* or mt.* value: `sro train` names the file and the key
+    before anything is prepared (it was found when the multi-turn trial started, after the base model had
+    been built and scored)."""
+    _nothing_prepared(monkeypatch)
+    doc = {"project": CORRIDOR, "recipe": {"values": {"lr": 0.002, "steps": 2, **values},
+                                           "fixed": {"max_new_tokens": 4, **fixed}}}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    r = run_here("train", str(path), "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and f"error: {path}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
+    assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("fixed, needle", [
+    ({"algorithm": "proas", "proas.lam": 1.5}, "fixed.proas.lam must be in [0, 1] (got 1.5)"),
+    ({"mt.history": 1.5}, "fixed.mt.history=1.5 must be a whole number"),
+    ({"steps": 36.5}, "fixed.steps=36.5 must be a whole number"),
+    ({"algorithm": "proximal_kl"}, "fixed.algorithm: proximal_kl is not declared for multi-turn domains"),
+])
+def test_search_refuses_a_bad_fixed_setting_of_the_space_before_the_base_model(tmp_path, monkeypatch, fixed, needle):
+    """A written space.yaml whose `fixed:` holds a value the trainer refuses: `sro search` names the file and
+    the key before the base model is prepared (every trial used to fail on it, after the base model had
+    been scored)."""
+    _nothing_prepared(monkeypatch)
+    project = tmp_path / "c.yaml"
+    project.write_text(yaml.safe_dump(CORRIDOR))
+    space = tmp_path / "runs" / "c" / "space.yaml"
+    space.parent.mkdir(parents=True)
+    space.write_text(yaml.safe_dump({"version": 1, "designer": "test", "fixed": {"max_new_tokens": 4, **fixed},
+                                     "params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003, "why": "x"}}}))
+    r = run_here("search", str(project), "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and f"error: {space}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
+    assert "Traceback" not in r.output
+
+
+def test_a_fixed_setting_refused_only_beside_a_searched_value_is_left_to_the_trials(tmp_path):
+    """The check of the fixed settings takes one recipe of the space (its centre): a refusal that cites a
+    searched parameter too may not hold elsewhere in the space, so it does not stop the search."""
+    from sro.config import project_from_data
+    from sro.search import _check_fixed
+
+    proj = project_from_data(CORRIDOR, tmp_path, "c.yaml")
+    lr = {"lr": Param("lr", "float", 0.001, 0.003)}
+    _check_fixed(RecipeSpace(list(lr.values()), fixed={"proas.lam": 0.5}), proj, tmp_path)
+    # mt.history is searched: its centre is fine, and a fixed value of a key the space searches is not read
+    _check_fixed(RecipeSpace([Param("mt.history", "int", 0, 2)], fixed={"mt.history": -1}), proj, tmp_path)
+    with pytest.raises(SpaceError, match=r"space.yaml: fixed.mt.history must be >= 0 \(got -1\)"):
+        _check_fixed(RecipeSpace(list(lr.values()), fixed={"mt.history": -1}), proj, tmp_path)
 
 
 def test_a_recipe_seed_is_a_whole_number_named_by_its_key():

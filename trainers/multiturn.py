@@ -20,7 +20,7 @@ import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, episode_metrics, resolve_action
-from trainers.algorithms import ALGORITHMS, recipe_settings
+from trainers.algorithms import ALGORITHMS, RecipeValueError, recipe_settings
 from trainers.clocks import BatchSchedule
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
 from trainers.grpo import OPTIMIZERS, GRPOConfig
@@ -450,9 +450,9 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     recipe key (`proas.n_min=2.5 must be a whole number`, `mt.history must be >= 0 (got -1)`)."""
     regimes = ALGORITHMS.get(algorithm).applies_to
     if "multi_turn" not in regimes:  # e.g. proximal_kl: one pass over fresh episodes is plain REINFORCE to it
-        raise ValueError(f"algorithm {algorithm} is not declared for multi-turn domains (it applies to "
-                         f"{', '.join(sorted(regimes))}); use one of "
-                         f"{', '.join(n for n in ALGORITHMS.names() if 'multi_turn' in ALGORITHMS.get(n).applies_to)}")
+        why = (f"{algorithm} is not declared for multi-turn domains (it applies to {', '.join(sorted(regimes))}); "
+               f"use one of {', '.join(n for n in ALGORITHMS.names() if 'multi_turn' in ALGORITHMS.get(n).applies_to)}")
+        raise RecipeValueError(("algorithm",), f"algorithm: {why}", f"algorithm {why}")
     proas = {k[len("proas."):]: v for k, v in values.items() if k.startswith("proas.")}
     known = set(ProASConfig.__dataclass_fields__)
     if set(proas) - known:
