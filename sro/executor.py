@@ -130,7 +130,9 @@ class SearchContext:
         decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks
                  if b.decontaminate or b.kind == "jsonl"}
         exclude = set().union(*(b.questions() for k, b in benchmarks.items() if k in decon))
-        _check_sources_left(project, tasks, exclude)
+        _check_sources_left(project, tasks, exclude, {
+            f"domains.{d}.benchmarks[{j}]": benchmarks[f"{d}/{b.name}"].questions()
+            for d, dom in project.domains.items() for j, b in enumerate(dom.benchmarks) if f"{d}/{b.name}" in decon})
         overlap = held_out_overlap(benchmarks, tasks, exclude)
         for key in benchmarks:
             if overlap[key] > 0:
@@ -199,18 +201,28 @@ class SearchContext:
         return scores
 
 
-def _check_sources_left(project: ProjectConfig, tasks: dict[str, list[Task]], exclude: set[str]) -> None:
+def _check_sources_left(project: ProjectConfig, tasks: dict[str, list[Task]], exclude: set[str],
+                        held: dict[str, set[str]]) -> None:
     """A file source whose every question is held out (a benchmark of the same file as large as it)
-    would stop the first trial with a traceback: a `ConfigError` naming it and the fix instead."""
+    would stop the first trial with a traceback: a `ConfigError` naming the project file, the source's
+    key, the benchmarks that hold its questions (`held`: key path -> questions kept out of training)
+    and the fix instead."""
     from sro.config import ConfigError
 
+    where = f"{project._source}: " if project._source else ""
     for d, ts in tasks.items():
         for i, t in enumerate(ts):
             n = getattr(t, "n_items", None)
-            if n is not None and all(normalize(t.item(j).question) in exclude for j in range(n)):
-                raise ConfigError(f"domains.{d}.sources[{i}] ({t.spec.key}): every question is also a held-out "
-                                  "benchmark question (a jsonl benchmark, or `decontaminate: true`), so nothing is "
-                                  "left to train on; give the benchmark a smaller `size`, or train on another file")
+            if n is None:
+                continue
+            questions = {normalize(t.item(j).question) for j in range(n)}
+            if questions <= exclude:
+                by = [k for k, qs in held.items() if questions & qs]
+                raise ConfigError(f"{where}domains.{d}.sources[{i}].{t.spec.kind}: every question of "
+                                  f"{Path(t.spec.target).name} is also a question of the held-out "
+                                  f"benchmark{'s' if len(by) > 1 else ''} {', '.join(by)} (a jsonl benchmark's rows never train, nor a benchmark's with "
+                                  "`decontaminate: true`), so nothing is left to train on; give the benchmark a "
+                                  "smaller `size`, or train on another file")
 
 
 def _keep_held_out_games_apart(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]]) -> None:

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from sro.budget import Budget
@@ -310,8 +311,39 @@ def test_a_jsonl_file_that_is_source_and_benchmark_is_split_not_trained_on(micro
     drawn = {normalize(it.question) for _, it in Mixture(ctx.tasks, seed=0, exclude_questions=ctx.exclude).sample(200)}
     assert len(held) == 10 and drawn and not drawn & held and len(drawn) == 30
     path.write_text(path.read_text().replace("        size: 10\n", "        size: 40\n"))
-    with pytest.raises(ConfigError, match=r"domains.arithmetic.sources\[0\] .*every question is also a held-out"):
+    with pytest.raises(ConfigError, match=rf"^{path}: domains.arithmetic.sources\[0\].jsonl: every question of qa.jsonl"):
         ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
+
+
+def test_a_jsonl_source_left_without_questions_names_the_project_file_and_the_benchmark(tmp_path):
+    """The split's error named the key path alone ('domains.arithmetic.sources[0] (jsonl:...): ...'), where
+    every other config error names the project file first; it names the file, the source's key and the
+    benchmark that holds its questions, in `sro search` as in the loader's own errors. It comes before
+    the base model is built."""
+    import json
+
+    from typer.testing import CliRunner
+
+    import sro.executor as ex
+    from sro.cli import app
+    from sro.config import ConfigError
+
+    qa = tmp_path / "qa.jsonl"
+    qa.write_text("\n".join(json.dumps({"question": f"{i} plus {i}?", "answer": str(2 * i)}) for i in range(12)))
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "p", "base_model": "tiny", "domains": {"arithmetic": {
+            "sources": [{"reasoning_gym": "basic_arithmetic"}, {"jsonl": "qa.jsonl"}],
+            "benchmarks": [{"name": "add", "reasoning_gym": "basic_arithmetic", "size": 8},
+                           {"name": "qa", "jsonl": "qa.jsonl", "size": 12}]}}}))
+    needle = (f"{path}: domains.arithmetic.sources[1].jsonl: every question of qa.jsonl is also a question of the "
+              "held-out benchmark domains.arithmetic.benchmarks[1] (")
+    with pytest.raises(ConfigError) as e:
+        ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
+    assert str(e.value).startswith(needle) and str(e.value).endswith("or train on another file")
+    r = CliRunner().invoke(app, ["search", str(path), "--runs", str(tmp_path / "runs")])
+    assert r.exit_code == 2 and f"error: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
+    assert not list((tmp_path / "runs" / ".cache").glob("tiny-*"))  # found before the base model is built
 
 
 @pytest.mark.slow
