@@ -22,7 +22,7 @@ from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.mixture import Mixture
 from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes, multi_turn_config
 from trainers.sft import sft
-from trainers.processing import OPERATORS, item_filter, pass_rate_table
+from trainers.processing import OPERATORS, item_filter, pass_rate_table, processing_values
 from trainers.models import load_policy
 from trainers.tiny import TinySpec, ensure_tiny, tiny_cached, tiny_folder
 
@@ -297,7 +297,7 @@ def cut_by_limit(curve: list[dict[str, float]], cfg: GRPOConfig) -> bool:
 
 def check_recipe(recipe: Recipe, seed: int, multi_turn: bool = False, **runtime) -> GRPOConfig:
     """The recipe's algorithm (default grpo) as a validated trainer config, its SFT stage's settings
-    checked too, and with `multi_turn` (a project whose domains play episodes) its `proas.*` and `mt.*`
+    and processing (`proc.*`) values checked too, and with `multi_turn` (a project whose domains play episodes) its `proas.*` and `mt.*`
     settings and whether the algorithm plays episodes (`multi_turn_config`): what a trial would refuse,
     before anything is loaded. Raises the trainers' errors (`RecipeValueError` names the recipe keys)."""
     values = {**recipe.fixed, **recipe.values}
@@ -307,6 +307,7 @@ def check_recipe(recipe: Recipe, seed: int, multi_turn: bool = False, **runtime)
     algorithm = str(recipe.get("algorithm", "grpo"))
     cfg = config_for(algorithm, values, **own_seed, **runtime)
     sft_config_for(values)  # sft.steps=2.5 fails here, not when the trial reaches its SFT stage
+    processing_values(values)  # proc.min_len=3.7 too, not when the mixture is built
     if multi_turn:  # proas.lam=1.5 fails here, not after the base model has been scored
         multi_turn_config(algorithm, cfg, values)
     return cfg

@@ -10,7 +10,8 @@ import pytest
 from evaluators.sources import Item, SourceSpec, Task, normalize
 from trainers import processing
 from trainers.mixture import Mixture
-from trainers.processing import OPERATORS, estimate_pass_rates, item_filter, needs_pass_rates
+from trainers.algorithms import RecipeValueError
+from trainers.processing import OPERATORS, estimate_pass_rates, item_filter, needs_pass_rates, processing_values
 
 
 class ListTask(Task):
@@ -42,6 +43,31 @@ def test_difficulty_band_keeps_known_items_inside_it():
     assert needs_pass_rates({"proc.difficulty_high": 0.9}) and not needs_pass_rates({"proc.dedup": True})
     with pytest.raises(ValueError, match="swap"):
         item_filter({"proc.difficulty_low": 0.9, "proc.difficulty_high": 0.1}, lambda: rates)
+
+
+@pytest.mark.parametrize("values, needle", [
+    ({"proc.min_len": 3.7}, "proc.min_len=3.7 must be a whole number"),
+    ({"proc.max_len": "long"}, "proc.max_len='long' must be a number"),
+    ({"proc.min_len": -1}, "proc.min_len=-1 must be in [0, 100000]"),
+    ({"proc.difficulty_low": float("nan")}, "proc.difficulty_low=nan must be a number"),
+    ({"proc.dedup": "yes"}, "proc.dedup='yes' must be true or false"),
+    ({"proc.min_len": 9, "proc.max_len": 3}, "proc.min_len=9 is above proc.max_len=3; swap them"),
+])
+def test_a_bad_processing_value_is_named_by_its_key(values, needle):
+    """`proc.min_len: 3.7` used to be cut to 3 by int() and `proc.dedup: 'yes'` silently left dedup off;
+    each is now refused by its recipe key, before any item is drawn."""
+    with pytest.raises(RecipeValueError) as e:
+        item_filter(values, dict)
+    assert str(e.value) == f"recipe value {needle}" and set(e.value.keys) <= set(values)
+
+
+def test_whole_and_zero_one_processing_values_are_read_as_their_kind():
+    """36.0 is the whole number 36, and 1 (as a space or a YAML file may give it) switches dedup on."""
+    assert processing_values({"proc.max_len": 36.0, "proc.dedup": 1, "lr": 1e-4}) == {
+        "proc.max_len": 36, "proc.dedup": True, "lr": 1e-4}
+    task = ListTask([f"q {i}" for i in range(4)])
+    first = [it.question for _, it in Mixture({"d": [task]}, keep=item_filter({"proc.dedup": 1})).sample(4)]
+    assert sorted(first) == ["q 0", "q 1", "q 2", "q 3"]  # each once: dedup is on
 
 
 def test_pass_rates_are_not_computed_unless_a_recipe_asks():

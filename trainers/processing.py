@@ -10,7 +10,8 @@
 - `length`: keep questions whose length in characters lies in [`proc.min_len`, `proc.max_len`].
 
 `item_filter(values, pass_rates)` combines the operators a recipe switches on into one predicate that
-`Mixture(keep=...)` applies to every item it draws.
+`Mixture(keep=...)` applies to every item it draws; `processing_values(values)` checks the recipe's
+`proc.*` values against the operators' knobs first (kind and range, by key).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any
 from evaluators.files import write_whole
 from evaluators.registry import Registry
 from evaluators.sources import Item, Task, normalize
-from trainers.algorithms import Knob
+from trainers.algorithms import Knob, RecipeValueError
 
 Predicate = Callable[[Item], bool]
 PassRates = Mapping[str, float]
@@ -60,7 +61,8 @@ def _difficulty(values: Mapping[str, Any], pass_rates: Callable[[], PassRates]) 
     lo = float(values.get(PREFIX + "difficulty_low", 0.0))
     hi = float(values.get(PREFIX + "difficulty_high", 1.0))
     if lo > hi:
-        raise ValueError(f"proc.difficulty_low={lo} is above proc.difficulty_high={hi}; swap them")
+        raise RecipeValueError((PREFIX + "difficulty_low", PREFIX + "difficulty_high"),
+                               f"proc.difficulty_low={lo} is above proc.difficulty_high={hi}; swap them")
     table = pass_rates()
 
     def keep(item: Item) -> bool:
@@ -107,7 +109,8 @@ def _length(values: Mapping[str, Any], pass_rates: Callable[[], PassRates]) -> P
     lo = int(values.get(PREFIX + "min_len", 0))
     hi = int(values.get(PREFIX + "max_len", 10**9))
     if lo > hi:
-        raise ValueError(f"proc.min_len={lo} is above proc.max_len={hi}; swap them")
+        raise RecipeValueError((PREFIX + "min_len", PREFIX + "max_len"),
+                               f"proc.min_len={lo} is above proc.max_len={hi}; swap them")
     return lambda item: lo <= len(item.question.strip()) <= hi
 
 
@@ -132,11 +135,41 @@ def needs_pass_rates(values: Mapping[str, Any]) -> bool:
                for n in OPERATORS.names())
 
 
+def processing_values(values: Mapping[str, Any]) -> dict[str, Any]:
+    """`values` with each `proc.*` value an operator declares checked against its knob: a number in
+    the knob's range, a whole number for an int knob (36.0 read as 36), true or false (or 0/1) for a
+    bool one. A value that fails is a `RecipeValueError` naming its key (`proc.min_len=3.7 must be a
+    whole number`); `int()` used to cut it, and `proc.dedup: 'yes'` or `1` silently left dedup off.
+    Keys no operator declares are left alone."""
+    knobs = {k.name: k for name in OPERATORS.names() for k in OPERATORS.get(name).knobs}
+    out = dict(values)
+    for key, v in values.items():
+        knob = knobs.get(key)
+        if knob is None:
+            continue
+        if knob.kind == "bool":
+            if isinstance(v, bool) or (isinstance(v, (int, float)) and v in (0, 1)):
+                out[key] = bool(v)
+                continue
+            raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise RecipeValueError((key,), f"{key}={v!r} must be a number")
+        if knob.kind == "int":
+            if v != int(v):
+                raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
+            out[key] = v = int(v)
+        if not knob.low <= v <= knob.high:
+            raise RecipeValueError((key,), f"{key}={v!r} must be in [{knob.low:g}, {knob.high:g}]")
+    return out
+
+
 def item_filter(values: Mapping[str, Any], pass_rates: Callable[[], PassRates] = dict) -> Predicate | None:
-    """One predicate for every operator the recipe switches on (None: keep everything).
+    """One predicate for every operator the recipe switches on (None: keep everything); the values are
+    checked first (`processing_values`).
 
     Stateless filters run first so that `dedup` only counts items the others would keep.
     """
+    values = processing_values(values)
     preds = []
     for name in ("difficulty", "length", *[n for n in OPERATORS.names() if n not in ("difficulty", "length")]):
         pred = OPERATORS.get(name).build(values, pass_rates)
