@@ -5,11 +5,13 @@ Each trial keeps its recipe (user attr `recipe`), per-objective values, the lear
 and, on failure, the reason. Trials left RUNNING by a process that died are marked FAIL (`interrupted`)
 and their recipes are run again first: at once on the next open when the process was on this host,
 and on any host once the trial has recorded no heartbeat (Optuna's, in the storage's clock) for
-`STALE_BEATS` heartbeat intervals.
+`STALE_BEATS` heartbeat intervals. The read-only commands (`sro report`, `show`, `export`) write nothing to
+the study: they show such trials as that marking would record them.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import logging
@@ -18,6 +20,7 @@ import os
 import socket
 import threading
 import time
+import urllib.parse
 import warnings
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -28,7 +31,7 @@ import optuna
 import sqlalchemy.exc
 from optuna.exceptions import ExperimentalWarning, StorageInternalError, UpdateFinishedTrialError
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from sro.budget import Spent
 from sro.config import ConfigError, ProjectConfig
@@ -178,15 +181,22 @@ def _differences(old: Any, new: Any, at: str = "") -> list[str]:
 
 class Ledger:
     def __init__(self, project: ProjectConfig, run_dir: str | Path, create: bool = True) -> None:
-        """`create=False` (the read-only commands): a missing study is `NoStudyError`, and nothing is
-        written where there was none."""
+        """`create=False` (the read-only commands): nothing is written to the storage (a SQLite file is
+        opened read-only, `recover` is not run: `records` shows the trials it would end as it would record
+        them), and a missing study is `NoStudyError`."""
         self.project = project
         self.run_dir = Path(run_dir)
+        self.read_only = not create
         url = project.storage or f"sqlite:///{self.run_dir / 'study.db'}"
-        if not create and project.storage is None and not (self.run_dir / "study.db").is_file():
-            raise NoStudyError(f"{self.run_dir} has no study.db: no trial has been recorded there yet (run "
-                               "`sro search` on its project first)")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        opened, file = url, _sqlite_file(url)
+        if not create and file is not None:
+            if not file.is_file():
+                raise NoStudyError(f"{self.run_dir} has no study.db: no trial has been recorded there yet (run "
+                                   "`sro search` on its project first)" if project.storage is None else
+                                   f"storage {_shown(url)}: no such file (run `sro search` on its project first)")
+            opened = _read_only_url(file)
+        if create:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
         self.heartbeat_s = int(project.heartbeat_s)
@@ -198,10 +208,14 @@ class Ledger:
         """Why the last `start` returned None."""
         for attempt in range(5):
             try:
+                if not create and not _has_tables(opened):  # Optuna's open would create them
+                    raise NoStudyError(f"storage {_shown(url)} has no study {project.name!r} (run `sro search` "
+                                       "on its project first)")
                 with warnings.catch_warnings():  # heartbeats are an experimental argument in Optuna 5
                     warnings.simplefilter("ignore", ExperimentalWarning)
-                    self.storage = optuna.storages.RDBStorage(url, heartbeat_interval=self.heartbeat_s,
-                                                              grace_period=STALE_BEATS * self.heartbeat_s)
+                    self.storage = optuna.storages.RDBStorage(opened, heartbeat_interval=self.heartbeat_s,
+                                                              grace_period=STALE_BEATS * self.heartbeat_s,
+                                                              skip_table_creation=not create)
                 if create:
                     self.study = optuna.create_study(study_name=project.name, storage=self.storage,
                                                      directions=directions, load_if_exists=True)
@@ -226,7 +240,7 @@ class Ledger:
         if create:  # a search: the read-only commands read the study as it is (its files may have changed since)
             self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
             self._check_scored_on(project)
-        self.recover()
+            self.recover()
 
     def _check_scored_on(self, project: ProjectConfig) -> None:
         """Refuse `project` where a trial's scores depend on it otherwise than the study's (`scored_on`)."""
@@ -267,13 +281,34 @@ class Ledger:
 
     # --- trials -------------------------------------------------------------------------------
     def recover(self) -> list[Recipe]:
-        """Mark the running trials whose process died `interrupted` (their recipes are run again, by
-        whichever worker gets there first) and return their recipes: a process of this host that is
-        gone, or a trial on any host with no heartbeat for `STALE_BEATS` intervals."""
+        """Mark the running trials whose process died (`_dead`) `interrupted` (their recipes are run again,
+        by whichever worker gets there first) and return their recipes; one whose outcome was recorded
+        before its process died ends with that outcome instead."""
+        out = []
+        for t, note in self._dead(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))):
+            outcome = t.user_attrs.get("outcome")
+            if outcome is not None:  # its process died after recording how it ended, before saying it ended
+                self._end_as_recorded(t._trial_id, outcome)
+                continue
+            try:  # the state first: whoever ends a trial first owns its outcome (its owner, or this)
+                _again(lambda t=t: self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
+            except UpdateFinishedTrialError:  # another worker marked it, or its owner ended it, a moment ago
+                continue
+            # a finished trial's attributes are read-only, so the note is the study's
+            _again(lambda t=t, note=note: self.study.set_user_attr(f"{RECOVERED}{t.number}", note))
+            if "recipe" in t.user_attrs:
+                out.append(Recipe.from_dict(t.user_attrs["recipe"]))
+        return out
+
+    def _dead(self, running: list[FrozenTrial]) -> list[tuple[FrozenTrial, dict[str, Any]]]:
+        """Those of the `running` trials whose process died, each with the note `recover` leaves on it
+        (why, and the cost it used until its last progress record, which stays spent): a process of this
+        host that is gone, or a trial on any host with no heartbeat for `STALE_BEATS` intervals. Reads only."""
+        if not running:
+            return []
         host, out = socket.gethostname(), []
         stale = set(self.storage._get_stale_trial_ids(self.study._study_id))  # Optuna's own heartbeat table
         grace = STALE_BEATS * self.heartbeat_s
-        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
         silent = _never_beat(self.storage, [t._trial_id for t in running])
         for t in running:
             pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
@@ -287,21 +322,25 @@ class Ledger:
                 why = "interrupted: its process died"
             else:
                 continue
-            outcome = t.user_attrs.get("outcome")
-            if outcome is not None:  # its process died after recording how it ended, before saying it ended
-                self._end_as_recorded(t._trial_id, outcome)
-                continue
-            try:  # the state first: whoever ends a trial first owns its outcome (its owner, or this)
-                _again(lambda t=t: self.storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
-            except UpdateFinishedTrialError:  # another worker marked it, or its owner ended it, a moment ago
-                continue
-            # a finished trial's attributes are read-only, so the note is the study's; what it used
-            # until its last progress record stays spent
-            _again(lambda t=t, why=why: self.study.set_user_attr(
-                f"{RECOVERED}{t.number}", {"message": why, "cost": dict(t.user_attrs.get("so_far", {}))}))
-            if "recipe" in t.user_attrs:
-                out.append(Recipe.from_dict(t.user_attrs["recipe"]))
+            out.append((t, {"message": why, "cost": dict(t.user_attrs.get("so_far", {}))}))
         return out
+
+    def _as_recovered(self, trials: list[FrozenTrial]) -> tuple[list[FrozenTrial], dict[str, Any] | None]:
+        """`trials` and the study's attributes as `recover` would leave them, in memory (the read-only
+        commands write nothing): each dead trial ended with its recorded outcome, or failed with its note.
+        The attributes are None where no trial is dead (`records` reads them only when it needs them)."""
+        dead = self._dead([t for t in trials if t.state == TrialState.RUNNING])
+        if not dead:
+            return trials, None
+        notes, ended = dict(self.study.user_attrs), {}
+        for t, note in dead:
+            outcome = t.user_attrs.get("outcome")
+            ended[t._trial_id] = t = copy.copy(t)  # the storage's trial is left as it is
+            if outcome is None:
+                t.state, notes[f"{RECOVERED}{t.number}"] = TrialState.FAIL, note
+            else:
+                t.state = _recorded_end(outcome)[0]
+        return [ended.get(t._trial_id, t) for t in trials], notes
 
     def start(self, recipe: Recipe, space: RecipeSpace, max_trials: int | None = None) -> optuna.Trial | None:
         """A RUNNING trial of `recipe`, or None when the claim is withdrawn (the reason in `withdrawal`):
@@ -421,12 +460,9 @@ class Ledger:
     def _end_as_recorded(self, trial_id: int, outcome: dict[str, Any]) -> None:
         """End a trial with the `outcome` `_close` recorded before its `tell` (as `tell` would have: values
         that are not all finite fail it); nothing if it has ended meanwhile."""
-        values = outcome["values"]
-        state = (TrialState[outcome["state"]] if values is None
-                 else TrialState.COMPLETE if all(map(math.isfinite, values)) else TrialState.FAIL)
+        state, values = _recorded_end(outcome)
         try:
-            _again(lambda: self.storage.set_trial_state_values(
-                trial_id, state, values if state == TrialState.COMPLETE else None))
+            _again(lambda: self.storage.set_trial_state_values(trial_id, state, values))
         except UpdateFinishedTrialError:
             pass
 
@@ -486,8 +522,10 @@ class Ledger:
 
     def records(self) -> list[TrialRecord]:
         out = []
-        notes: dict[str, Any] | None = None
-        for t in self.study.get_trials(deepcopy=False):
+        trials, notes = self.study.get_trials(deepcopy=False), None
+        if self.read_only:  # the trials `recover` would end, as it would record them
+            trials, notes = self._as_recovered(trials)
+        for t in trials:
             if "recipe" not in t.user_attrs or t.user_attrs.get("withdrawn"):
                 continue
             a = t.user_attrs
@@ -573,6 +611,43 @@ def _never_beat(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> se
         beat = {i for (i,) in session.query(models.TrialHeartbeatModel.trial_id)
                 .filter(models.TrialHeartbeatModel.trial_id.in_(trial_ids)).all()}
     return set(trial_ids) - beat
+
+
+def _recorded_end(outcome: dict[str, Any]) -> tuple[TrialState, list[float] | None]:
+    """The state and values a trial ends with by the `outcome` `Ledger._close` recorded before its `tell`
+    (as `tell` would: values that are not all finite fail it)."""
+    values = outcome["values"]
+    state = (TrialState[outcome["state"]] if values is None
+             else TrialState.COMPLETE if all(map(math.isfinite, values)) else TrialState.FAIL)
+    return state, values if state == TrialState.COMPLETE else None
+
+
+def _sqlite_file(url: str) -> Path | None:
+    """The file of a plain SQLite URL (`sqlite:///path`); None for other databases, memory and URI forms."""
+    try:
+        u = sqlalchemy.engine.make_url(url)
+    except sqlalchemy.exc.ArgumentError:
+        return None
+    if u.drivername not in ("sqlite", "sqlite+pysqlite") or u.query or not u.database \
+            or u.database == ":memory:" or u.database.startswith("file:"):
+        return None
+    return Path(u.database)
+
+
+def _read_only_url(path: Path) -> str:
+    """A URL that opens SQLite file `path` read-only (SQLite's own `mode=ro`: any write is refused, even to
+    root, and no file is made). The path is quoted twice: SQLAlchemy unquotes the URL once and SQLite the
+    URI once more (quoted once, a `#` or `?` in it cut the path, and the `mode=ro` with it)."""
+    return f"sqlite:///file:{urllib.parse.quote(urllib.parse.quote(str(path.resolve())))}?mode=ro&uri=true"
+
+
+def _has_tables(url: str) -> bool:
+    """Whether the storage at `url` has Optuna's tables (a SQLite file that a kill left empty may not)."""
+    engine = sqlalchemy.create_engine(url)
+    try:
+        return {"studies", "trials", "version_info"} <= set(sqlalchemy.inspect(engine).get_table_names())
+    finally:
+        engine.dispose()
 
 
 def _shown(url: str) -> str:

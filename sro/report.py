@@ -63,7 +63,7 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
         first = str(e).strip().splitlines()[0]
         raise FileNotFoundError(f"{proj_path} is not a readable project ({type(e).__name__}: {first}); rerun "
                                 "`sro search` with the project file, which writes it again") from None
-    ledger = Ledger(project, run_dir, create=False)  # a folder without a study stays without one
+    ledger = Ledger(project, run_dir, create=False)  # writes nothing to the study (nor makes one where there is none)
 
     records = ledger.records()
     hv = ledger.get("hypervolume", {})
@@ -184,10 +184,16 @@ def write_report(run_dir: str | Path) -> Path:
         pruning_line=(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "
                       f"steps (~{saved['seconds']:.0f} s)" if saved["trials"] else ""), header=header, rows=rows)
     out = run_dir / "report.html"
-    write_whole(out, page)  # whole: a kill while writing leaves the last report, not half of one
-    write_whole(run_dir / "trials.json", json.dumps(
-        [{"number": r.number, "state": r.state, "scores": r.scores, "cost": r.cost, "recipe": r.recipe.to_dict(),
-          "message": r.message} for r in records], indent=1, default=str))
+    try:
+        write_whole(out, page)  # whole: a kill while writing leaves the last report, not half of one
+        write_whole(run_dir / "trials.json", json.dumps(
+            [{"number": r.number, "state": r.state, "scores": r.scores, "cost": r.cost,
+              "recipe": r.recipe.to_dict(), "message": r.message} for r in records], indent=1, default=str))
+    except OSError as e:  # a read-only copy of a run folder: its study was read, the report has nowhere to go
+        from sro.config import ConfigError
+
+        raise ConfigError(f"cannot write the report into {run_dir} ({e.strerror or e}): copy the run folder "
+                          "somewhere writable, or read its trials with `sro show`") from None
     return out
 
 

@@ -334,6 +334,9 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     a._beats.pop(lost._trial_id).stop()  # its machine went away
     lost.set_user_attr("host", "elsewhere")  # so the dead-pid check of this host does not apply
     time.sleep(6.5)  # the storage's clock counts whole seconds: 6-7 s of silence, the live trial's at most 2
+    seen = Ledger(project, tmp_path / "look", create=False).records()  # `sro show`: shown so, left running
+    assert [r.state for r in seen] == ["running", "interrupted"] and "no heartbeat from elsewhere" in seen[1].message
+    assert [t.state for t in a.study.get_trials()] == [optuna.trial.TrialState.RUNNING] * 2
     assert [r.key for r in a.recover()] == [recipes[1].key]  # a worker looking before it proposes: a retry
     b = Ledger(project, tmp_path / "beat")  # another worker opening the study later
     assert b.recover() == []  # already marked: nothing new, and the live trial is untouched
@@ -804,6 +807,67 @@ def test_read_commands_never_make_a_study_and_the_report_recomputes_the_hypervol
     for where, needle in ((tmp_path / "nope", "no such folder"), (tmp_path / "runs", "its run folders: ")):
         res = CliRunner().invoke(app, ["show", str(where)])
         assert res.exit_code == 2 and needle in res.output
+
+
+def test_read_commands_write_nothing_and_show_dead_trials_as_recover_would(micro_project, tmp_path, monkeypatch):
+    """`sro report`, `show` and `export` ran `recover` on open: they wrote to the study (a read-only copy from a
+    cluster failed; a report changed a study another machine searches). They now open a SQLite study
+    read-only and write nothing to it, and show the trials `recover` would end as it would record them: a
+    dead process's trial interrupted, one killed before its first heartbeat too, and one killed after
+    its result complete."""
+    import hashlib
+    import time
+
+    project = load_project(micro_project("look", "heartbeat_s: 1\n"))
+    run_dir = tmp_path / "runs" / "look"
+    ledger = _run_with_one_trial(project, run_dir)
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    a, b, c = (Recipe(v, dict(space.fixed)) for v in space.sobol(4, seed=0)[1:])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    died = ledger.start(a, space)  # 1: its process died mid-training
+    ledger.progress(died, [{"reward": 0.1}], {"wall_s": 4.0})
+    ledger._stop_heartbeat(died)
+    died.set_user_attr("pid", dead.pid)
+    done = ledger.start(b, space)  # 2: killed after its result, before the trial was told finished
+    ledger._stop_heartbeat(done)
+    with monkeypatch.context() as m:
+        m.setattr(ledger.study, "tell", lambda *args, **kw: (_ for _ in ()).throw(KeyboardInterrupt()))
+        with pytest.raises(KeyboardInterrupt):
+            ledger.finish(done, {"arithmetic/add": 0.75}, {"wall_s": 3.0}, [])
+    done.set_user_attr("pid", dead.pid)
+    ledger.storage.create_new_trial(ledger.study._study_id, optuna.trial.create_trial(  # 3: no beat since its claim
+        state=optuna.trial.TrialState.RUNNING, user_attrs={"recipe": c.to_dict(), "key": c.key, "pid": 1,
+                                                           "host": "otherhost", "started": time.time() - 60}))
+    db = run_dir / "study.db"
+    before = (hashlib.sha256(db.read_bytes()).hexdigest(), db.stat().st_mtime_ns, sorted(os.listdir(run_dir)))
+
+    r = run("report", str(run_dir), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-2000:]
+    shown = CliRunner().invoke(app, ["show", str(run_dir)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and "running" not in shown.output, shown.output
+    assert CliRunner().invoke(app, ["export", str(run_dir), "--trial", "2"]).exit_code == 0
+    assert (hashlib.sha256(db.read_bytes()).hexdigest(), db.stat().st_mtime_ns) == before[:2]
+    assert sorted(set(os.listdir(run_dir)) - {"report.html", "trials.json"}) == before[2]  # no journal beside it
+    trials = _trials(run_dir)
+    assert [t["state"] for t in trials] == ["complete", "interrupted", "complete", "interrupted"]
+    assert trials[1]["message"] == "interrupted: its process died" and trials[1]["cost"] == {"wall_s": 4.0}
+    assert trials[2]["scores"] == {"arithmetic/add": 0.75} and "since its claim" in trials[3]["message"]
+    # a search's open (`recover`) records them as the read-only commands showed them
+    recorded = [(t.number, t.state, t.message, t.cost) for t in Ledger(project, run_dir).records()]
+    assert recorded == [(t["number"], t["state"], t["message"], t["cost"]) for t in trials]
+    assert hashlib.sha256(db.read_bytes()).hexdigest() != before[0]
+
+    # the SQLite file is opened read-only (SQLite's mode=ro: refused even for root, unlike a chmod)
+    from optuna.exceptions import StorageInternalError
+
+    with pytest.raises(StorageInternalError):
+        Ledger(project, run_dir, create=False).put("written", True)
+    # a run folder that cannot be written to (a read-only copy): `sro report` says so in one line
+    monkeypatch.setattr("sro.report.write_whole", lambda path, text: (_ for _ in ()).throw(
+        PermissionError(13, "Permission denied", str(path))))
+    res = CliRunner().invoke(app, ["report", str(run_dir)])
+    assert res.exit_code == 2 and "cannot write" in res.output and "sro show" in res.output, res.output
 
 
 def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_project, tmp_path):
