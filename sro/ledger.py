@@ -509,14 +509,17 @@ class Ledger:
             _again(lambda: self.study.tell(trial, values, state=None if values is not None else state))
             self._closed.add(trial._trial_id)
         except (UpdateFinishedTrialError, ValueError):
-            old = self.storage.get_trial(trial._trial_id)
+            old = _again(lambda: self.storage.get_trial(trial._trial_id))
             if not old.state.is_finished():
                 raise
             if trial._trial_id not in self._closed:  # ended by another worker while this one trained on
                 kept = {k: v for k, v in old.user_attrs.items() if k not in ("message", "interrupted")}
-                self.study.add_trial(optuna.trial.create_trial(
-                    state=state, values=values, params=old.params, distributions=old.distributions,
-                    user_attrs={**kept, "late_of": old.number, **attrs}))
+                late = optuna.trial.create_trial(state=state, values=values, params=old.params,
+                                                 distributions=old.distributions,
+                                                 user_attrs={**kept, "late_of": old.number, **attrs})
+                # retried like the other writes (one transaction: a busy storage added nothing); the
+                # result of a whole training was lost to one "database is locked" until stop 29
+                _again(lambda: self.study.add_trial(late))
                 self._closed.add(trial._trial_id)
         self._stop_heartbeat(trial)
 

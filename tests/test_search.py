@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
+import sqlalchemy.exc
 from typer.testing import CliRunner, Result
 
 from sro.cli import app
@@ -394,6 +395,15 @@ def test_recover_racing_the_owner_leaves_the_owners_outcome(micro_project, tmp_p
     other.study.set_user_attr(f"{ledger_mod.RECOVERED}2", None)  # as if `recover` died before its note
     assert (other.records()[2].state, other.records()[2].cost) == ("interrupted", {"wall_s": 4.0, "tokens": 9.0,
                                                                                  "gpu_h": 0.0})
+    adding, busy = owner.study.add_trial, iter([True])
+
+    def add_when_free(trial):  # the storage is busy for a moment just as the late result comes
+        if next(busy, False):
+            raise sqlalchemy.exc.OperationalError("INSERT INTO trials", {}, Exception("database is locked"))
+        return adding(trial)
+
+    monkeypatch.setattr(owner.study, "add_trial", add_when_free)
+    monkeypatch.setattr(ledger_mod.time, "sleep", lambda s: None)
     owner.finish(lost, {"arithmetic/add": 0.25}, {"wall_s": 7.0}, [])  # the owner wakes: its result is kept
     assert [(r.state, r.late_of) for r in other.records()][2:] == [("interrupted", None), ("complete", 2)]
 
