@@ -275,22 +275,13 @@ def train(
 
 def _check_recipe_keys(rec, proj, path: Path) -> None:
     """A recipe key that no part of a trial reads (a typo such as `lrr`) is an error, not silently ignored."""
-    import difflib
-
     from sro.config import ConfigError
-    from sro.executor import recipe_keys
+    from sro.executor import unread_keys
 
-    known = recipe_keys(proj)
-    unknown = sorted((set(rec.values) | set(rec.fixed)) - known)
+    unknown, hints = unread_keys(set(rec.values) | set(rec.fixed), proj)
     if unknown:
-        hints, lost = [], False
-        for k in unknown:
-            near = difflib.get_close_matches(k, sorted(known), n=1)
-            hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
-            lost |= not near
-        known_list = f" (known keys: {', '.join(sorted(known))})" if lost else ""
-        raise ConfigError(f"{path}: recipe: no part of a trial reads {', '.join(hints)}; fix or remove "
-                          f"{'it' if len(unknown) == 1 else 'them'}{known_list}")
+        raise ConfigError(f"{path}: recipe: no part of a trial reads {hints}; fix or remove "
+                          f"{'it' if len(unknown) == 1 else 'them'}")
 
 
 def main() -> None:

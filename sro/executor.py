@@ -3,10 +3,11 @@ trial's share of the budget, and scores the result on every held-out benchmark o
 
 from __future__ import annotations
 
+import difflib
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
 from pathlib import Path
 
@@ -351,6 +352,22 @@ def recipe_keys(project: ProjectConfig) -> set[str]:
     knobs = {k.name for reg in (STAGES, OPERATORS) for n in reg.names() for k in reg.get(n).knobs}
     return (trainer_keys() | knobs | mixture | {f"mt.{k}" for k in MT_SETTINGS}
             | {"algorithm", "seed", "eps"})
+
+
+def unread_keys(keys: Collection[str], project: ProjectConfig) -> tuple[list[str], str]:
+    """Those of `keys` that no part of a trial of `project` reads (`recipe_keys`: a typo such as `lrr`),
+    and a text naming each with the nearest known key (`'lrr' (did you mean 'lr'?)`), listing the known
+    keys when one has none near it ("" when every key is read)."""
+    known = recipe_keys(project)
+    unknown = sorted(set(keys) - known)
+    if not unknown:
+        return [], ""
+    hints, lost = [], False
+    for k in unknown:
+        near = difflib.get_close_matches(k, sorted(known), n=1)
+        hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
+        lost |= not near
+    return unknown, ", ".join(hints) + (f" (known keys: {', '.join(sorted(known))})" if lost else "")
 
 
 def source_weights(recipe: Recipe, tasks: dict[str, list[Task]]) -> dict[str, list[float]]:

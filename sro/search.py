@@ -26,7 +26,7 @@ from sro.budget import COSTS, Budget, BudgetError, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.designer.redesign import in_space, maybe_redesign
-from sro.executor import SearchContext, TrialCollapsed, check_recipe, run_trial
+from sro.executor import SearchContext, TrialCollapsed, check_recipe, run_trial, unread_keys
 from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.optimizer.hypervolume import hypervolume_history
@@ -126,17 +126,24 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
 
 
 def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path) -> None:
-    """The space's fixed settings as its trials read them, checked before anything trains: a recipe of
+    """The space's keys and fixed settings as its trials read them, checked before anything trains: a key
+    no part of a trial reads (a hand edit's `lrr`) is a `SpaceError` with the nearest known key; a recipe of
     the space (its centre) with them must be one the trainer takes. A value it refuses that is a fixed
     setting (`steps: 36.5`, `proas.lam: 1.5`, `mt.history: -1` under `fixed:`) is a `SpaceError` naming
     space.yaml and the key; it used to fail every trial, after the base model had been scored. A refusal
     that also cites a searched value is left to the trials (another point of the space may train)."""
+    where = run_dir / "space.yaml"
+    unknown, hints = unread_keys([p.name for p in space.params] + [m for x in space.simplexes for m in x.members]
+                                 + list(space.fixed), project)
+    if unknown:  # `lrr: {kind: float, ...}` was a searched dimension that changed nothing, silently
+        raise SpaceError(f"{where}: no part of a trial reads {hints}; fix or remove "
+                         f"{'it' if len(unknown) == 1 else 'them'} (under params:, fixed: or a simplex's members)")
     values = space.from_unit(np.full(space.dim, 0.5))
     try:
         check_recipe(Recipe(values, dict(space.fixed)), project.seed, multi_turn=project.multi_turn)
     except RecipeValueError as e:
         if e.keys and set(e.keys) <= set(space.fixed) - set(values):
-            raise SpaceError(f"{run_dir / 'space.yaml'}: " + e.located({k: f"fixed.{k}" for k in e.keys})
+            raise SpaceError(f"{where}: " + e.located({k: f"fixed.{k}" for k in e.keys})
                              + "; edit it under `fixed:` there, or remove it for the trainer's default") from None
     except (KeyError, ValueError, TypeError):
         pass  # not a value's fault alone (an unknown setting's name, ...): the trials say it

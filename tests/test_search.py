@@ -222,6 +222,28 @@ def test_search_refuses_a_bad_fixed_setting_of_the_space_before_the_base_model(t
     assert "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("space, needle", [
+    ({"params": {"lrr": {"kind": "float", "low": 0.001, "high": 0.003}}}, "no part of a trial reads 'lrr' (did you mean 'lr'?)"),
+    ({"params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003}}, "fixed": {"proas.lamb": 0.5}},
+     "no part of a trial reads 'proas.lamb' (did you mean 'proas.lam'?)"),
+    ({"params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003}}, "fixed": {"zzz_unheard": 1}},
+     "no part of a trial reads 'zzz_unheard' (known keys: "),
+])
+def test_search_refuses_a_space_key_no_trial_reads_before_the_base_model(tmp_path, monkeypatch, space, needle):
+    """A hand-edited space.yaml with a misspelt key: `sro search` names the file, the key and the nearest
+    known one before the base model is prepared (a searched `lrr` used to be a dimension that changed
+    nothing, and a fixed `proas.lamb` was silently ignored)."""
+    _nothing_prepared(monkeypatch)
+    project = tmp_path / "c.yaml"
+    project.write_text(yaml.safe_dump(CORRIDOR))
+    path = tmp_path / "runs" / "c" / "space.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(yaml.safe_dump({"version": 1, "designer": "test", **space}))
+    r = run_here("search", str(project), "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and f"error: {path}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
+    assert "Traceback" not in r.output
+
+
 def test_a_fixed_setting_refused_only_beside_a_searched_value_is_left_to_the_trials(tmp_path):
     """The check of the fixed settings takes one recipe of the space (its centre): a refusal that cites a
     searched parameter too may not hold elsewhere in the space, so it does not stop the search."""
