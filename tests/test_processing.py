@@ -10,7 +10,7 @@ import pytest
 from evaluators.sources import Item, SourceSpec, Task, normalize
 from trainers import processing
 from trainers.mixture import Mixture
-from trainers.algorithms import RecipeValueError
+from trainers.algorithms import Knob, RecipeValueError
 from trainers.processing import OPERATORS, estimate_pass_rates, item_filter, needs_pass_rates, processing_values
 
 
@@ -48,7 +48,6 @@ def test_difficulty_band_keeps_known_items_inside_it():
 @pytest.mark.parametrize("values, needle", [
     ({"proc.min_len": 3.7}, "proc.min_len=3.7 must be a whole number"),
     ({"proc.max_len": "long"}, "proc.max_len='long' must be a number"),
-    ({"proc.min_len": -1}, "proc.min_len=-1 must be in [0, 100000]"),
     ({"proc.difficulty_low": float("nan")}, "proc.difficulty_low=nan must be a number"),
     ({"proc.dedup": "yes"}, "proc.dedup='yes' must be true or false"),
     ({"proc.min_len": 9, "proc.max_len": 3}, "proc.min_len=9 is above proc.max_len=3; swap them"),
@@ -62,12 +61,30 @@ def test_a_bad_processing_value_is_named_by_its_key(values, needle):
 
 
 def test_whole_and_zero_one_processing_values_are_read_as_their_kind():
-    """36.0 is the whole number 36, and 1 (as a space or a YAML file may give it) switches dedup on."""
+    """36.0 is the whole number 36, and 1 (as a space or a YAML file may give it) switches dedup on; a value
+    beyond a knob's search range is a value a trial takes (proc.max_len 200000: no cut)."""
     assert processing_values({"proc.max_len": 36.0, "proc.dedup": 1, "lr": 1e-4}) == {
         "proc.max_len": 36, "proc.dedup": True, "lr": 1e-4}
+    assert processing_values({"proc.max_len": 200_000}) == {"proc.max_len": 200_000}
     task = ListTask([f"q {i}" for i in range(4)])
     first = [it.question for _, it in Mixture({"d": [task]}, keep=item_filter({"proc.dedup": 1})).sample(4)]
     assert sorted(first) == ["q 0", "q 1", "q 2", "q 3"]  # each once: dedup is on
+
+
+def test_a_registered_operators_categorical_and_unbounded_knobs_are_checked_by_kind(monkeypatch):
+    """An operator a plugin registers may declare a categorical knob, or a number without bounds: its values
+    are checked against its choices, and a number is only checked to be one."""
+    from trainers.processing import Operator
+
+    monkeypatch.setattr(OPERATORS, "_items", dict(OPERATORS._items))  # the registration is undone after
+    OPERATORS.add("lang", Operator("lang", "keep questions in a language", (
+        Knob("proc.lang", "categorical", choices=("en", "de")), Knob("proc.max_words", "int")),
+        lambda values, rates: None))
+    assert processing_values({"proc.lang": "de", "proc.max_words": 7.0}) == {"proc.lang": "de", "proc.max_words": 7}
+    with pytest.raises(RecipeValueError, match=r"proc.lang='fr' must be one of \['en', 'de'\]"):
+        processing_values({"proc.lang": "fr"})
+    with pytest.raises(RecipeValueError, match="proc.max_words=2.5 must be a whole number"):
+        processing_values({"proc.max_words": 2.5})
 
 
 def test_pass_rates_are_not_computed_unless_a_recipe_asks():

@@ -137,7 +137,7 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     ({"seed": "x"}, "recipe.values.seed='x' must be a number"),
     ({"proc.min_len": 3.7}, "recipe.values.proc.min_len=3.7 must be a whole number"),
     ({"proc.dedup": "yes"}, "recipe.values.proc.dedup='yes' must be true or false"),
-    ({"proc.difficulty_high": 1.5}, "recipe.values.proc.difficulty_high=1.5 must be in [0, 1]"),
+    ({"proc.difficulty_high": "high"}, "recipe.values.proc.difficulty_high='high' must be a number"),
 ])
 def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, needle):
     """`sro train` on a recipe whose value the trainer refuses: one line naming the file and the key

@@ -11,7 +11,7 @@
 
 `item_filter(values, pass_rates)` combines the operators a recipe switches on into one predicate that
 `Mixture(keep=...)` applies to every item it draws; `processing_values(values)` checks the recipe's
-`proc.*` values against the operators' knobs first (kind and range, by key).
+`proc.*` values against the kinds of the operators' knobs first, by key.
 """
 
 from __future__ import annotations
@@ -136,11 +136,13 @@ def needs_pass_rates(values: Mapping[str, Any]) -> bool:
 
 
 def processing_values(values: Mapping[str, Any]) -> dict[str, Any]:
-    """`values` with each `proc.*` value an operator declares checked against its knob: a number in
-    the knob's range, a whole number for an int knob (36.0 read as 36), true or false (or 0/1) for a
-    bool one. A value that fails is a `RecipeValueError` naming its key (`proc.min_len=3.7 must be a
-    whole number`); `int()` used to cut it, and `proc.dedup: 'yes'` or `1` silently left dedup off.
-    Keys no operator declares are left alone."""
+    """`values` with each `proc.*` value an operator declares checked against its knob's kind: a number
+    for a float knob, a whole number for an int one (36.0 read as 36), true or false (or 0/1) for a bool
+    one, one of the choices for a categorical one. A value that fails is a `RecipeValueError` naming its
+    key (`proc.min_len=3.7 must be a whole number`); `int()` used to cut it, and `proc.dedup: 'yes'` or `1`
+    silently left dedup off. A knob's range is where a search looks, not what a trial accepts (as for the
+    algorithms' knobs): `proc.max_len: 200000` is not refused. Keys no operator declares, and knobs of
+    other kinds, are left alone."""
     knobs = {k.name: k for name in OPERATORS.names() for k in OPERATORS.get(name).knobs}
     out = dict(values)
     for key, v in values.items():
@@ -148,18 +150,18 @@ def processing_values(values: Mapping[str, Any]) -> dict[str, Any]:
         if knob is None:
             continue
         if knob.kind == "bool":
-            if isinstance(v, bool) or (isinstance(v, (int, float)) and v in (0, 1)):
-                out[key] = bool(v)
-                continue
-            raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-            raise RecipeValueError((key,), f"{key}={v!r} must be a number")
-        if knob.kind == "int":
-            if v != int(v):
-                raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
-            out[key] = v = int(v)
-        if not knob.low <= v <= knob.high:
-            raise RecipeValueError((key,), f"{key}={v!r} must be in [{knob.low:g}, {knob.high:g}]")
+            if not (isinstance(v, bool) or (isinstance(v, (int, float)) and v in (0, 1))):
+                raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
+            out[key] = bool(v)
+        elif knob.kind == "categorical" and knob.choices is not None and v not in knob.choices:
+            raise RecipeValueError((key,), f"{key}={v!r} must be one of {list(knob.choices)}")
+        elif knob.kind in ("int", "float"):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+                raise RecipeValueError((key,), f"{key}={v!r} must be a number")
+            if knob.kind == "int":
+                if v != int(v):
+                    raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
+                out[key] = int(v)
     return out
 
 
