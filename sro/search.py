@@ -125,26 +125,33 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
         raise SpaceError(f"{path}: {e}") from None
 
 
-def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path) -> None:
+def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shared: bool = False) -> None:
     """The space's keys and fixed settings as its trials read them, checked before anything trains: a key
     no part of a trial reads (a hand edit's `lrr`) is a `SpaceError` with the nearest known key; a recipe of
     the space (its centre) with them must be one the trainer takes. A value it refuses that is a fixed
     setting (`steps: 36.5`, `proas.lam: 1.5`, `mt.history: -1` under `fixed:`) is a `SpaceError` naming
     space.yaml and the key; it used to fail every trial, after the base model had been scored. A refusal
-    that also cites a searched value is left to the trials (another point of the space may train)."""
-    where = run_dir / "space.yaml"
+    that also cites a searched value is left to the trials (another point of the space may train).
+    `shared`: the space is the one the study's workers share (published in its storage by another
+    worker), which a run folder's space.yaml replaces only with a higher `version:`; the error says so."""
+    path = run_dir / "space.yaml"
+    where = f"the study's shared space (v{space.version})" if shared else str(path)
+    mend = (f"write the space, mended, to {path} with `version: {space.version + 1}`: a higher version replaces "
+            "the shared one")
     unknown, hints = unread_keys([p.name for p in space.params] + [m for x in space.simplexes for m in x.members]
                                  + list(space.fixed), project)
     if unknown:  # `lrr: {kind: float, ...}` was a searched dimension that changed nothing, silently
         raise SpaceError(f"{where}: no part of a trial reads {hints}; fix or remove "
-                         f"{'it' if len(unknown) == 1 else 'them'} (under params:, fixed: or a simplex's members)")
+                         f"{'it' if len(unknown) == 1 else 'them'} (under params:, fixed: or a simplex's members"
+                         + ")" + (f"; {mend}" if shared else ""))
     values = space.from_unit(np.full(space.dim, 0.5))
     try:
         check_recipe(Recipe(values, dict(space.fixed)), project.seed, multi_turn=project.multi_turn)
     except RecipeValueError as e:
         if e.keys and set(e.keys) <= set(space.fixed) - set(values):
             raise SpaceError(f"{where}: " + e.located({k: f"fixed.{k}" for k in e.keys})
-                             + "; edit it under `fixed:` there, or remove it for the trainer's default") from None
+                             + "; " + (mend if shared else "edit it under `fixed:` there, or remove it for the "
+                                         "trainer's default")) from None
     except (KeyError, ValueError, TypeError):
         pass  # not a value's fault alone (an unknown setting's name, ...): the trials say it
 
@@ -409,7 +416,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     shared = ledger.shared_space()
     at_hand = shared if shared is not None and (written is None or shared.version > written.version) else written
     if at_hand is not None:
-        _check_fixed(at_hand, project, run_dir)
+        _check_fixed(at_hand, project, run_dir, shared=at_hand is shared)
     if project.start_recipes and not history and shared is None and written is not None:
         _start_recipes(project, written, run_dir, history, console.print, notes=False)  # noted below
 

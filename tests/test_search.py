@@ -257,6 +257,14 @@ def test_a_fixed_setting_refused_only_beside_a_searched_value_is_left_to_the_tri
     _check_fixed(RecipeSpace([Param("mt.history", "int", 0, 2)], fixed={"mt.history": -1}), proj, tmp_path)
     with pytest.raises(SpaceError, match=r"space.yaml: fixed.mt.history must be >= 0 \(got -1\)"):
         _check_fixed(RecipeSpace(list(lr.values()), fixed={"mt.history": -1}), proj, tmp_path)
+    # the space another worker shared in the storage: the run folder may have no space.yaml, and an older one
+    # would not replace it, so the error says which space and how to replace it
+    shared = RecipeSpace(list(lr.values()), fixed={"steps": 36.5}, version=3)
+    with pytest.raises(SpaceError) as e:
+        _check_fixed(shared, proj, tmp_path, shared=True)
+    assert str(e.value) == (f"the study's shared space (v3): fixed.steps=36.5 must be a whole number; write the space, "
+                            f"mended, to {tmp_path / 'space.yaml'} with `version: 4`: a higher version replaces the "
+                            "shared one")
 
 
 def test_a_recipe_seed_is_a_whole_number_named_by_its_key():
