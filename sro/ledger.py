@@ -517,9 +517,13 @@ class Ledger:
                 late = optuna.trial.create_trial(state=state, values=values, params=old.params,
                                                  distributions=old.distributions,
                                                  user_attrs={**kept, "late_of": old.number, **attrs})
-                # retried like the other writes (one transaction: a busy storage added nothing); the
-                # result of a whole training was lost to one "database is locked" until stop 29
-                _again(lambda: self.study.add_trial(late))
+                # retried like the other writes (the result of a whole training was lost to one "database is
+                # locked" until stop 29), but added once: a write whose answer was lost may have landed
+                def add_once() -> None:
+                    if not any(t.user_attrs.get("late_of") == old.number for t in self.study.get_trials(deepcopy=False)):
+                        self.study.add_trial(late)
+
+                _again(add_once)
                 self._closed.add(trial._trial_id)
         self._stop_heartbeat(trial)
 
