@@ -11,6 +11,7 @@ the study: they show such trials as that marking would record them.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -18,6 +19,7 @@ import logging
 import math
 import os
 import socket
+import sqlite3
 import threading
 import time
 import urllib.parse
@@ -195,6 +197,7 @@ class Ledger:
                                    "`sro search` on its project first)" if project.storage is None else
                                    f"storage {_shown(url)}: no such file (run `sro search` on its project first)")
             opened = _read_only_url(file)
+            _roll_back_a_killed_write(file)
         if create:
             self.run_dir.mkdir(parents=True, exist_ok=True)
         self.objectives = project.objective_directions()
@@ -226,6 +229,12 @@ class Ledger:
                 raise NoStudyError(f"storage {_shown(url)} has no study {project.name!r} (run `sro search` on its "
                                    "project first)") from None
             except sqlalchemy.exc.SQLAlchemyError as e:
+                if not create and file is not None and "readonly database" in str(e) and _journal(file).is_file():
+                    raise ConfigError(
+                        f"{file}: a search killed while writing left a half-written change in "
+                        f"{_journal(file).name}, and a read-only open cannot roll it back (the run folder is not "
+                        "writable here); copy the run folder, journal included, somewhere writable and run this "
+                        "command on the copy (its first open rolls the change back)") from None
                 # workers started together race to create the storage's tables or the study (a
                 # unique-constraint or "database is locked" error); the loser finds them made
                 if attempt == 4:
@@ -646,6 +655,29 @@ def _read_only_url(path: Path) -> str:
     root, and no file is made). The path is quoted twice: SQLAlchemy unquotes the URL once and SQLite the
     URI once more (quoted once, a `#` or `?` in it cut the path, and the `mode=ro` with it)."""
     return f"sqlite:///file:{urllib.parse.quote(urllib.parse.quote(str(path.resolve())))}?mode=ro&uri=true"
+
+
+def _journal(file: Path) -> Path:
+    """SQLite's rollback journal of database `file`."""
+    return file.with_name(file.name + "-journal")
+
+
+def _roll_back_a_killed_write(file: Path) -> None:
+    """Roll back the change a search killed in mid-write left in `file`'s journal (a "hot" journal), which a
+    read-only open cannot do (it fails with "attempt to write a readonly database"): one read through a
+    read-write connection, as SQLite rolls a hot journal back on any such open. The only write of the
+    read-only commands, and the one any SQLite reader makes; it restores the study as it was before the
+    killed write. Nothing when there is no journal, the folder is not writable, or a live search holds the
+    journal (then it is not hot: SQLite leaves it, and the read-only open reads the committed study)."""
+    journal = _journal(file)
+    if not journal.is_file() or not journal.stat().st_size or not os.access(file.parent, os.W_OK) \
+            or not os.access(file, os.W_OK):
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(file, timeout=5)) as db:
+            db.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as e:  # the read-only open that follows says what is wrong
+        _log.warning("could not roll back %s: %s", journal, e)
 
 
 def _has_tables(url: str) -> bool:

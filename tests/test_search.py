@@ -911,6 +911,39 @@ def test_read_commands_write_nothing_and_show_dead_trials_as_recover_would(micro
     assert res.exit_code == 2 and "cannot write" in res.output and "sro show" in res.output, res.output
 
 
+def _kill_mid_write(db: Path) -> None:
+    """Leave `db` as a search killed in mid-write does: a large change half written, its journal hot."""
+    code = (f"import sqlite3, os\nc = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+            "c.execute('PRAGMA cache_size=1'); c.execute('BEGIN'); c.execute('CREATE TABLE junk(x)')\n"
+            "for i in range(2000): c.execute('INSERT INTO junk VALUES (randomblob(1000))')\n"
+            "c.execute('UPDATE trial_user_attributes SET value_json=value_json')\nos._exit(0)\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    assert db.with_name("study.db-journal").stat().st_size > 0
+
+
+def test_read_commands_roll_back_a_killed_write_or_say_why_they_cannot(micro_project, tmp_path, monkeypatch):
+    """A search killed in mid-write leaves a hot journal, which a read-only open cannot roll back: `sro show`
+    retried for 5 s and said to check the storage's URL. A read-only command now rolls it back first (one
+    read through a read-write connection, as any SQLite reader would) and reads the study as it was; where
+    the folder is not writable it says what is wrong and what to do."""
+    import sro.ledger as ledger_mod
+    from sro.config import ConfigError
+
+    project = load_project(micro_project("hot"))
+    run_dir = tmp_path / "runs" / "hot"
+    _run_with_one_trial(project, run_dir).storage.engine.dispose()
+    _kill_mid_write(run_dir / "study.db")
+    r = subprocess.run([sys.executable, "-m", "sro.cli", "show", str(run_dir)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and "complete" in r.stdout, r.stdout[-1000:] + r.stderr[-2000:]
+    assert not (run_dir / "study.db-journal").exists()
+    _kill_mid_write(run_dir / "study.db")
+    monkeypatch.setattr(ledger_mod, "_roll_back_a_killed_write", lambda file: None)  # as in a read-only folder
+    with pytest.raises(ConfigError, match="a search killed while writing left a half-written change in "
+                                          "study.db-journal, and a read-only open cannot roll it back"):
+        Ledger(project, run_dir, create=False)
+
+
 def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_project, tmp_path):
     """The same name with another benchmark size (or sources, seed, base model) was resumed and its old
     trials compared with the new ones (a review, stop 28); what only steers the search may change."""
