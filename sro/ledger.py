@@ -6,7 +6,8 @@ and, on failure, the reason. Trials left RUNNING by a process that died are mark
 and their recipes are run again first: at once on the next open when the process was on this host,
 and on any host once the trial has recorded no heartbeat (Optuna's, in the storage's clock) for
 `STALE_BEATS` heartbeat intervals. The read-only commands (`sro report`, `show`, `export`) write nothing to
-the study: they show such trials as that marking would record them.
+the study but the rollback of a killed search's half-written change (a hot journal, as any SQLite reader
+does): they show such trials as that marking would record them.
 """
 
 from __future__ import annotations
@@ -183,8 +184,8 @@ def _differences(old: Any, new: Any, at: str = "") -> list[str]:
 
 class Ledger:
     def __init__(self, project: ProjectConfig, run_dir: str | Path, create: bool = True) -> None:
-        """`create=False` (the read-only commands): nothing is written to the storage (a SQLite file is
-        opened read-only, `recover` is not run: `records` shows the trials it would end as it would record
+        """`create=False` (the read-only commands): nothing is written to the storage but the rollback of a
+        killed search's hot journal (`_roll_back_a_killed_write`; a SQLite file is then opened read-only, `recover` is not run: `records` shows the trials it would end as it would record
         them), and a missing study is `NoStudyError`."""
         self.project = project
         self.run_dir = Path(run_dir)
@@ -229,12 +230,14 @@ class Ledger:
                 raise NoStudyError(f"storage {_shown(url)} has no study {project.name!r} (run `sro search` on its "
                                    "project first)") from None
             except sqlalchemy.exc.SQLAlchemyError as e:
-                if not create and file is not None and "readonly database" in str(e) and _journal(file).is_file():
+                if not create and file is not None and "readonly database" in str(e) \
+                        and _journal(file.resolve()).is_file():
                     raise ConfigError(
                         f"{file}: a search killed while writing left a half-written change in "
-                        f"{_journal(file).name}, and a read-only open cannot roll it back (the run folder is not "
-                        "writable here); copy the run folder, journal included, somewhere writable and run this "
-                        "command on the copy (its first open rolls the change back)") from None
+                        f"{_journal(file.resolve()).name}, and a read-only open cannot roll it back (the study or "
+                        "its folder is not writable here); copy the run folder, journal included, somewhere "
+                        "writable (`cp -r` then `chmod -R u+w` on the copy) and run this command on the copy "
+                        "(its first open rolls the change back)") from None
                 # workers started together race to create the storage's tables or the study (a
                 # unique-constraint or "database is locked" error); the loser finds them made
                 if attempt == 4:
@@ -669,15 +672,18 @@ def _roll_back_a_killed_write(file: Path) -> None:
     read-only commands, and the one any SQLite reader makes; it restores the study as it was before the
     killed write. Nothing when there is no journal, the folder is not writable, or a live search holds the
     journal (then it is not hot: SQLite leaves it, and the read-only open reads the committed study)."""
+    file = file.resolve()  # SQLite keeps the journal beside a symlink's target
     journal = _journal(file)
-    if not journal.is_file() or not journal.stat().st_size or not os.access(file.parent, os.W_OK) \
-            or not os.access(file, os.W_OK):
+    try:
+        if not journal.stat().st_size or not os.access(file.parent, os.W_OK) or not os.access(file, os.W_OK):
+            return
+    except OSError:  # no journal, or a live search's commit removed it just now
         return
     try:
         with contextlib.closing(sqlite3.connect(file, timeout=5)) as db:
             db.execute("SELECT count(*) FROM sqlite_master").fetchone()
-    except sqlite3.Error as e:  # the read-only open that follows says what is wrong
-        _log.warning("could not roll back %s: %s", journal, e)
+    except sqlite3.Error as e:  # e.g. a live search holds the lock: the read-only open that follows says what is wrong
+        _log.debug("could not roll back %s: %s", journal, e)
 
 
 def _has_tables(url: str) -> bool:

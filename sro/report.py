@@ -63,7 +63,7 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
         first = str(e).strip().splitlines()[0]
         raise FileNotFoundError(f"{proj_path} is not a readable project ({type(e).__name__}: {first}); rerun "
                                 "`sro search` with the project file, which writes it again") from None
-    ledger = Ledger(project, run_dir, create=False)  # writes nothing to the study (nor makes one where there is none)
+    ledger = Ledger(project, run_dir, create=False)  # writes nothing to the study but a killed write's rollback (nor makes one where there is none)
 
     records = ledger.records()
     hv = ledger.get("hypervolume", {})

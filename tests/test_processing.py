@@ -50,6 +50,9 @@ def test_difficulty_band_keeps_known_items_inside_it():
     ({"proc.max_len": "long"}, "proc.max_len='long' must be a number"),
     ({"proc.difficulty_low": float("nan")}, "proc.difficulty_low=nan must be a number"),
     ({"proc.dedup": "yes"}, "proc.dedup='yes' must be true or false"),
+    ({"proc.max_len": 0}, "proc.max_len=0 must be >= 1"),
+    ({"proc.difficulty_low": 1.5}, "proc.difficulty_low=1.5 must be in [0, 1]"),
+    ({"proc.max_len": float("inf")}, "proc.max_len=inf must be a finite number"),
     ({"proc.min_len": 9, "proc.max_len": 3}, "proc.min_len=9 is above proc.max_len=3; swap them"),
 ])
 def test_a_bad_processing_value_is_named_by_its_key(values, needle):

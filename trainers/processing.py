@@ -141,7 +141,8 @@ def processing_values(values: Mapping[str, Any]) -> dict[str, Any]:
     one, one of the choices for a categorical one. A value that fails is a `RecipeValueError` naming its
     key (`proc.min_len=3.7 must be a whole number`); `int()` used to cut it, and `proc.dedup: 'yes'` or `1`
     silently left dedup off. A knob's range is where a search looks, not what a trial accepts (as for the
-    algorithms' knobs): `proc.max_len: 200000` is not refused. Keys no operator declares, and knobs of
+    algorithms' knobs): `proc.max_len: 200000` is not refused, while a value no trial can use is
+    (`LIMITS`: `proc.max_len: 0`, `proc.difficulty_low: 1.5`). Keys no operator declares, and knobs of
     other kinds, are left alone."""
     knobs = {k.name: k for name in OPERATORS.names() for k in OPERATORS.get(name).knobs}
     out = dict(values)
@@ -158,11 +159,24 @@ def processing_values(values: Mapping[str, Any]) -> dict[str, Any]:
         elif knob.kind in ("int", "float"):
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
                 raise RecipeValueError((key,), f"{key}={v!r} must be a number")
+            if v in (float("inf"), -float("inf")):
+                raise RecipeValueError((key,), f"{key}={v!r} must be a finite number")
             if knob.kind == "int":
                 if v != int(v):
                     raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
                 out[key] = int(v)
+            low, high = LIMITS.get(key, (None, None))
+            if (low is not None and v < low) or (high is not None and v > high):
+                span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+                raise RecipeValueError((key,), f"{key}={v!r} must be {span}")
     return out
+
+
+LIMITS = {PREFIX + "difficulty_low": (0.0, 1.0), PREFIX + "difficulty_high": (0.0, 1.0),
+          PREFIX + "min_len": (0, None), PREFIX + "max_len": (1, None)}
+"""What a trial can use of the built-in knobs (a pass rate lies in [0, 1], a question has at least one
+character), apart from their search ranges: a value outside leaves a source nothing to draw, and every
+trial with it fails."""
 
 
 def item_filter(values: Mapping[str, Any], pass_rates: Callable[[], PassRates] = dict) -> Predicate | None:
