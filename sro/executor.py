@@ -128,12 +128,11 @@ class SearchContext:
         _keep_held_out_games_apart(benchmarks, tasks)
         # a file's held-out seed only shuffles its rows: a jsonl benchmark's questions never train (a file
         # that is both a source and a benchmark is split: the benchmark's rows held out, the rest trained on)
-        decon = {f"{d}/{b.name}" for d, dom in project.domains.items() for b in dom.benchmarks
-                 if b.decontaminate or b.kind == "jsonl"}
-        exclude = set().union(*(b.questions() for k, b in benchmarks.items() if k in decon))
-        _check_sources_left(project, tasks, exclude, {
-            f"domains.{d}.benchmarks[{j}]": benchmarks[f"{d}/{b.name}"].questions()
-            for d, dom in project.domains.items() for j, b in enumerate(dom.benchmarks) if f"{d}/{b.name}" in decon})
+        held = {f"domains.{d}.benchmarks[{j}]": benchmarks[f"{d}/{b.name}"].questions()  # by its key in the file
+                for d, dom in project.domains.items() for j, b in enumerate(dom.benchmarks)
+                if b.decontaminate or b.kind == "jsonl"}
+        exclude = set().union(*held.values())
+        _check_sources_left(project, tasks, exclude, held)
         overlap = held_out_overlap(benchmarks, tasks, exclude)
         for key in benchmarks:
             if overlap[key] > 0:
