@@ -80,6 +80,24 @@ def test_a_fractional_value_of_a_whole_number_setting_is_named_before_training()
     cfg = config_for("proximal_kl", {"steps": 36.0, "prox.horizon": 3.0})
     assert cfg.steps == 36 and type(cfg.steps) is int and type(cfg.prox.horizon) is int
     assert type(sft_config_for({"sft.steps": 2.0}).steps) is int
+
+
+def test_a_nan_or_infinite_setting_is_named_before_training():
+    """beta: .nan and temperature: .inf were accepted (NaN compares false with every bound, so the
+    config's own range checks let it through) and would have trained on NaN losses; every number field,
+    nested settings included, now wants a finite number, named by its recipe key."""
+    from trainers.algorithms import RecipeValueError
+    from trainers.multiturn import multi_turn_config
+
+    for algo, values, key, want in (("grpo", {"beta": float("nan")}, "beta", "must be a number"),
+                                    ("grpo", {"eps_high": float("nan")}, "eps_high", "must be a number"),
+                                    ("grpo", {"temperature": float("inf")}, "temperature", "must be a finite number"),
+                                    ("proximal_kl", {"prox.beta_p": float("-inf")}, "prox.beta_p", "must be a finite number")):
+        with pytest.raises(RecipeValueError, match=rf"recipe value {re.escape(key)}=-?(nan|inf) {want}") as e:
+            config_for(algo, values)
+        assert e.value.keys == (key,)
+    with pytest.raises(RecipeValueError, match=r"recipe value proas.lam=nan must be a number"):
+        multi_turn_config("proas", config_for("proas", {}), {"proas.lam": float("nan")})
     # the trainer config's own checks and the algorithm name also name the recipe key they refuse
     for algo, values, keys, located in (
             ("ppo", {}, ("algorithm",), "R.algorithm: unknown algorithm 'ppo'"),

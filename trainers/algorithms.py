@@ -7,7 +7,9 @@ when it applies — declared once, here, for the designer and the optimizer to r
 
 from __future__ import annotations
 
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -253,31 +255,50 @@ def _cited(message: str, detail: str, origin: dict[str, str]) -> RecipeValueErro
     return RecipeValueError(tuple(dict.fromkeys(keys)), detail, message)
 
 
+def checked_value(key: str, v: Any, kind: str, choices: Sequence[Any] | None = None) -> Any:
+    """`v` read as a recipe value of `kind` (float, int, bool, str or categorical) for recipe `key`, or a
+    `RecipeValueError` naming the key: a number (finite: NaN compares false with every bound, so a range
+    check could not refuse it), a whole number for an int (36.0 read as 36), true or false for a bool
+    (0 and 1 read as False and True, as `RecipeSpace.canonical` reads them; `mt.confidence: 'yes'` would
+    have been truthy), text for a str, one of `choices` for a categorical. The one kind check of the
+    trainer settings (`check_types`) and the processing knobs (`trainers.processing.processing_values`)."""
+    if kind == "bool":
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, (int, float)) and v in (0, 1):
+            return bool(v)
+        raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
+    if kind in ("int", "float"):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise RecipeValueError((key,), f"{key}={v!r} must be a number")
+        if math.isinf(v):
+            raise RecipeValueError((key,), f"{key}={v!r} must be a finite number")
+        if kind == "int":
+            if v != int(v):
+                raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
+            return int(v)
+        return v
+    if kind == "str" and not isinstance(v, str):
+        raise RecipeValueError((key,), f"{key}={v!r} must be a name (text)")
+    if kind == "categorical" and choices is not None and v not in choices:
+        raise RecipeValueError((key,), f"{key}={v!r} must be one of {list(choices)}")
+    return v
+
+
 def check_types(cls: type, got: dict[str, Any], origin: dict[str, str]) -> None:
-    """Each value in `got` of the wrong type for its field of dataclass `cls` (a number, a whole number,
-    a name, true or false), named by its recipe key (`origin`) before `cls` trips over it:
-    `RecipeValueError`. A whole float (36.0) is accepted for an int field and replaced in `got` by the
-    int; 0 and 1 for a bool field, replaced by False and True (as `RecipeSpace.canonical` reads them)."""
+    """Each value in `got` checked against the type of its field of dataclass `cls` (`checked_value`:
+    a number, a whole number, a name, true or false), named by its recipe key (`origin`) before `cls`
+    trips over it; a value it reads otherwise (36.0 for an int field, 0/1 for a bool one) is replaced
+    in `got`. None passes where the field is optional; other field types are left to `cls`."""
     types = {f.name: (f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))).replace(" ", "")
              for f in fields(cls)}
     for f, v in list(got.items()):
-        want, key = types.get(f, ""), origin.get(f, f)
+        want = types.get(f, "")
         if v is None and want.endswith("|None"):
             continue
         want = want.removesuffix("|None")
-        if want in ("int", "float") and (isinstance(v, bool) or not isinstance(v, (int, float))):
-            raise RecipeValueError((key,), f"{key}={v!r} must be a number")
-        if want == "int" and isinstance(v, float):
-            if not v.is_integer():
-                raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
-            got[f] = int(v)
-        if want == "str" and not isinstance(v, str):
-            raise RecipeValueError((key,), f"{key}={v!r} must be a name (text)")
-        if want == "bool" and not isinstance(v, bool):  # mt.confidence: 'yes' would have been truthy
-            if isinstance(v, (int, float)) and v in (0, 1):
-                got[f] = bool(v)
-            else:
-                raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
+        if want in ("int", "float", "bool", "str"):
+            got[f] = checked_value(origin.get(f, f), v, want)
 
 
 def catalog() -> list[dict[str, Any]]:

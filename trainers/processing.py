@@ -26,7 +26,7 @@ from typing import Any
 from evaluators.files import write_whole
 from evaluators.registry import Registry
 from evaluators.sources import Item, Task, normalize
-from trainers.algorithms import Knob, RecipeValueError
+from trainers.algorithms import Knob, RecipeValueError, checked_value
 
 Predicate = Callable[[Item], bool]
 PassRates = Mapping[str, float]
@@ -148,27 +148,13 @@ def processing_values(values: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(values)
     for key, v in values.items():
         knob = knobs.get(key)
-        if knob is None:
+        if knob is None or knob.kind not in ("bool", "categorical", "int", "float"):
             continue
-        if knob.kind == "bool":
-            if not (isinstance(v, bool) or (isinstance(v, (int, float)) and v in (0, 1))):
-                raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
-            out[key] = bool(v)
-        elif knob.kind == "categorical" and knob.choices is not None and v not in knob.choices:
-            raise RecipeValueError((key,), f"{key}={v!r} must be one of {list(knob.choices)}")
-        elif knob.kind in ("int", "float"):
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-                raise RecipeValueError((key,), f"{key}={v!r} must be a number")
-            if v in (float("inf"), -float("inf")):
-                raise RecipeValueError((key,), f"{key}={v!r} must be a finite number")
-            if knob.kind == "int":
-                if v != int(v):
-                    raise RecipeValueError((key,), f"{key}={v!r} must be a whole number")
-                out[key] = int(v)
-            low, high = LIMITS.get(key, (None, None))
-            if (low is not None and v < low) or (high is not None and v > high):
-                span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
-                raise RecipeValueError((key,), f"{key}={v!r} must be {span}")
+        out[key] = v = checked_value(key, v, knob.kind, knob.choices)
+        low, high = LIMITS.get(key, (None, None))
+        if (low is not None and v < low) or (high is not None and v > high):
+            span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
+            raise RecipeValueError((key,), f"{key}={v!r} must be {span}")
     return out
 
 
