@@ -87,7 +87,7 @@ def held_out_report(model, tok, held, games: int, per_game: int) -> dict:
     envs = [held.make_env(g) for g in range(games) for _ in range(per_game)]
     eps = play_episodes(model, tok, envs, [str(i) for i in range(len(envs))], greedy=False, max_new_tokens=10,
                         confidence=True)
-    rep = calibration_report(confidence_records(eps), TAU)
+    rep = calibration_report(confidence_records(eps), TAU, outcomes={i: bool(e.result.success) for i, e in enumerate(eps)})
     rep["success"] = sum(e.result.success for e in eps) / len(eps)
     return rep
 

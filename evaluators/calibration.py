@@ -9,7 +9,7 @@ label is always the episode's outcome, never the step's own correctness.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,29 +91,36 @@ def _block(recs: Sequence[ConfidenceRecord]) -> dict[str, float]:
     return {"auroc": auroc(c, y), "ece": ece(c, y), "brier": brier(c, y), "n": float(len(recs))}
 
 
-def selective(records: Sequence[ConfidenceRecord], tau: float) -> dict[str, float]:
+def selective(records: Sequence[ConfidenceRecord], tau: float,
+              outcomes: Mapping[int, bool] | None = None) -> dict[str, float]:
     """Act only while c_t ≥ τ: an episode whose confidence ever drops below τ is handed off.
 
     Returns coverage (share of episodes executed to the end), success among executed episodes and
-    the overall success rate beside it.
+    the overall success rate beside it. `outcomes` (episode → success) names every episode played: one
+    with no step record (the environment failed at reset) is not executed and counts in both shares
+    (without it, only the episodes with records count: one won episode beside one that crashed at reset
+    read `success_all` 1.0). NaN where there are no episodes.
     """
     eps: dict[int, list[ConfidenceRecord]] = {}
     for r in records:
         eps.setdefault(r.episode, []).append(r)
-    executed = [rs for rs in eps.values() if all(r.confidence >= tau for r in rs)]
-    n = max(1, len(eps))
-    succ_exec = sum(rs[0].success for rs in executed) / len(executed) if executed else float("nan")
-    return {"tau": tau, "coverage": len(executed) / n, "success_executed": succ_exec,
-            "success_all": sum(rs[0].success for rs in eps.values()) / n}
+    won = {i: rs[0].success for i, rs in eps.items()} | dict(outcomes or {})
+    executed = [i for i, rs in eps.items() if all(r.confidence >= tau for r in rs)]
+    n, nan = len(won), float("nan")
+    succ_exec = sum(won[i] for i in executed) / len(executed) if executed else nan
+    return {"tau": tau, "coverage": len(executed) / n if n else nan, "success_executed": succ_exec,
+            "success_all": sum(won.values()) / n if n else nan}
 
 
 def calibration_report(records: Sequence[ConfidenceRecord], tau: float = 0.5,
-                       max_step_index: int | None = None) -> dict[str, object]:
+                       max_step_index: int | None = None,
+                       outcomes: Mapping[int, bool] | None = None) -> dict[str, object]:
     """Pooled, first-step and per-step AUROC/ECE/Brier (every step index the episodes reached, or
-    those below `max_step_index`), and selective execution at τ."""
+    those below `max_step_index`), and selective execution at τ (over the episodes `outcomes` names,
+    see `selective`)."""
     per_step = {}
     for t in sorted({r.step for r in records}):
         if max_step_index is None or t < max_step_index:
             per_step[t] = _block([r for r in records if r.step == t])
     return {"pooled": _block(records), "first_step": _block([r for r in records if r.step == 0]),
-            "per_step": per_step, "selective": selective(records, tau)}
+            "per_step": per_step, "selective": selective(records, tau, outcomes)}

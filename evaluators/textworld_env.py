@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,26 @@ def _from_facts(facts) -> tuple[str, list[str], str]:
     return room.lower(), seen, ", ".join(sorted(held)) or "nothing"
 
 
+def _state_detail(facts, room: str, seen: Sequence[str]) -> str:
+    """What else tells two states of one room with the same visible objects apart, for the state key:
+    which of the room's doors and the visible containers are shut, and where each visible object lies
+    (the cookbook on the table or on the counter). Without it a cooking game's pantry with its door open
+    and shut was one key, and ProAS's rules graph kept the admissible commands of whichever it saw last,
+    so an admissible step could read as invalid (found by a review at stop 30)."""
+    where: dict[str, str] = {}
+    closed, doors = set(), set()
+    for p in facts or []:
+        args = [a.name for a in p.arguments]
+        if p.name in ("at", "in", "on") and len(args) == 2:
+            where.setdefault(args[0], args[1])
+        elif p.name in ("closed", "locked") and args:
+            closed.add(args[0])
+        elif p.name == "link" and len(args) == 3 and args[0].lower() == room:
+            doors.add(args[1])
+    shut = sorted(x for x in closed if x in doors or x in seen)
+    return f"|at:{','.join(f'{o}@{where[o]}' for o in seen if o in where)}|shut:{','.join(shut)}"
+
+
 def game_goal(json_path: str | Path) -> str | None:
     """What the game asks, in a few words, for the families whose goal differs from game to game (the
     compact rendering shows it; a coin collector's is always the coin): a treasure hunter's object and
@@ -232,7 +253,8 @@ class TextWorldEnv(TextEnv):
             seen = sorted({c.split(" ", 1)[1] for c in choices if c.startswith(("take ", "examine "))
                            and c.split(" ", 1)[1] not in hold})
         full = "" if compact else (gs.feedback or "").strip()
-        key = f"{self.game_id}:{room}|see:{','.join(seen)}|hold:{hold}"
+        detail = _state_detail(gs.facts, room, seen) if gs.facts else ""
+        key = f"{self.game_id}:{room}|see:{','.join(seen)}|hold:{hold}{detail}"
         info = StepInfo(admissible=choices, state_key=key, valid=valid, won=bool(gs.won), lost=bool(gs.lost),
                         score=float(gs.score or 0), max_score=float(gs.max_score or 1),
                         walkthrough=list(gs.policy_commands or []), full_text=full)

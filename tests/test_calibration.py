@@ -44,6 +44,13 @@ def test_report_and_selective_execution():
     sel = selective(recs, 0.5)  # episode 1 drops below τ at step 1, episode 2 at step 0: handed off
     assert sel["coverage"] == pytest.approx(1 / 3)
     assert sel["success_executed"] == 1.0 and sel["success_all"] == pytest.approx(1 / 3)
+    # an episode the environment failed at reset has no step record: not executed, and a failure of all
+    # (review, stop 30: without the outcomes a won episode beside one crashed at reset read success_all 1.0)
+    sel = selective(recs[:2], 0.5, outcomes={0: True, 1: False})
+    assert sel["coverage"] == 0.5 and sel["success_executed"] == 1.0 and sel["success_all"] == 0.5
+    assert calibration_report(recs, outcomes={0: True, 1: False, 2: False, 3: False})["selective"]["coverage"] == 0.25
+    empty = selective([], 0.5)
+    assert math.isnan(empty["coverage"]) and math.isnan(empty["success_all"])  # no episodes: not 0.0
 
 
 def test_a_stated_confidence_is_one_digit_on_the_first_line():

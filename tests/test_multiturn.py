@@ -114,7 +114,7 @@ def test_pack_masks_observations_and_trains_actions():
 
 def _episode(keys_actions, success):
     e = Episode("g")
-    e.steps = [Step("p", [1], a, k, True) for k, a in keys_actions]
+    e.steps = [Step("p", [1], a, k, a not in ("dance", "x")) for k, a in keys_actions]  # as the game said
     e.result = EpisodeResult(success, float(success), len(e.steps), 0, "won" if success else "step limit")
     return e
 

@@ -25,6 +25,27 @@ def test_inadmissible_step_in_successful_episode_gets_zero_credit():
     assert sum(adv) == pytest.approx(3 * 0.8)
 
 
+def test_a_state_key_two_states_share_cannot_make_an_accepted_step_invalid():
+    """The rules read whether the environment accepted the step's command when it was taken: a key that a
+    door-open and a door-shut state share kept only the admissible commands seen last, and an accepted
+    step (a walkthrough step in a won episode among them) read v = 0, zero credit (review, stop 30)."""
+    from trainers.multiturn import Step, step_validities
+
+    g = ReferenceGraph(ProASConfig(graph_source="rules"))
+    g.observe_state("pantry", ["open door"], ["open door"])  # door shut
+    g.observe_state("pantry", ["close door", "go south"])  # the same key, door open: seen last
+    assert g.validity(("pantry", "open door")) == 0.0  # the last recorded set alone says invalid
+    assert g.validity(("pantry", "open door"), admissible=True) == 1.0  # accepted then: the walkthrough's
+    assert g.validity(("pantry", "go south"), admissible=False) == 0.0  # refused then, whatever was recorded
+    assert g.validity(("cellar", "dance"), admissible=False) == 0.0  # a state never recorded too
+
+    class E:  # an episode's steps, as the trainer records them
+        steps = [Step("p", [], "open door", "pantry", True), Step("p", [], "go south", "pantry", True),
+                 Step("p", [], "dance", "pantry", False)]
+
+    assert step_validities([E()], g) == [[1.0, g.cfg.v_unk, 0.0]]
+
+
 def test_soft_gate_scales_by_validity():
     (adv,) = step_advantages([2.0], [[0.25, 0.75, 1.0]], ProASConfig(gate="soft"))
     assert adv == [0.5, 1.5, 2.0]

@@ -249,6 +249,35 @@ def test_what_lies_in_a_closed_or_locked_container_is_not_visible():
     assert _from_facts(facts) == ("kitchen", ["box", "chest", "fig", "key", "safe", "table"], "nothing")
 
 
+def test_a_states_key_tells_a_shut_door_and_where_an_object_lies():
+    """On hand-made facts: one room with the same visible objects is two states when its door is open or
+    shut, or when the cookbook lies on the table or on the counter (review, stop 30: a cooking game's
+    pantry was one key with two admissible sets); a door of another room and a held object do not count."""
+    from textworld.logic import Proposition, Variable
+
+    from evaluators.textworld_env import _from_facts, _state_detail
+
+    P, I = Variable("P", "P"), Variable("I", "I")
+    pantry, kitchen, hall = (Variable(n, "r") for n in ("pantry", "kitchen", "hall"))
+    door, far = Variable("plain door", "d"), Variable("far door", "d")
+    table, counter = Variable("table", "s"), Variable("counter", "s")
+    book, knife = Variable("cookbook", "o"), Variable("knife", "o")
+
+    def key(*extra):
+        facts = [Proposition("at", [P, pantry]), Proposition("at", [table, pantry]),
+                 Proposition("at", [counter, pantry]), Proposition("in", [knife, I]),
+                 Proposition("link", [pantry, door, kitchen]), Proposition("link", [kitchen, far, hall]),
+                 Proposition("closed", [far]), *extra]
+        room, seen, hold = _from_facts(facts)
+        return f"{room}|see:{','.join(seen)}|hold:{hold}{_state_detail(facts, room, seen)}"
+
+    on_table, on_counter = Proposition("on", [book, table]), Proposition("on", [book, counter])
+    shut = key(on_table, Proposition("closed", [door]))
+    assert shut == "pantry|see:cookbook,counter,table|hold:knife|at:cookbook@table,counter@pantry,table@pantry|shut:plain door"
+    assert key(on_table, Proposition("open", [door])) == shut.replace("plain door", "")
+    assert key(on_counter, Proposition("closed", [door])) == shut.replace("cookbook@table", "cookbook@counter")
+
+
 def test_a_states_key_is_the_same_in_full_and_compact_mode():
     """The key ProAS's reference graph reads is built from the game's facts in both modes (until stop 25 the
     full mode read objects off the choice list: "knife from table" as an object, and an object dropped when

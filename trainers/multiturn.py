@@ -222,7 +222,8 @@ def flat_calibration(eps: Sequence[Episode], tau: float = 0.5, per_step: bool = 
     """§5's calibration of the episodes' stated confidences as flat metrics: pooled (`calib_*`), at the
     first step (`calib_first_*`), selective execution at `tau` (`selective_*`) and, with `per_step`, at
     each step index the episodes reached (`calib_step<t>_*`, t from 0)."""
-    rep = calibration_report(confidence_records(eps), tau)
+    rep = calibration_report(confidence_records(eps), tau,  # every episode, one that crashed at reset too
+                             outcomes={i: bool(e.result.success) for i, e in enumerate(eps)})
     out = {f"calib_{k}": float(v) for k, v in rep["pooled"].items() if k != "n"}
     out.update({f"calib_first_{k}": float(v) for k, v in rep["first_step"].items() if k != "n"})
     out.update({f"selective_{k}": float(v) for k, v in rep["selective"].items()})
@@ -233,8 +234,9 @@ def flat_calibration(eps: Sequence[Episode], tau: float = 0.5, per_step: bool = 
 
 
 def step_validities(eps: Sequence[Episode], graph: ReferenceGraph) -> list[list[float]]:
-    """v(e) of each step of each episode, as the graph stands now."""
-    return [[graph.validity((s.state_key, s.action)) for s in e.steps] for e in eps]
+    """v(e) of each step of each episode, as the graph stands now; the rules read whether the environment
+    accepted the step's command then (`Step.valid`), not the admissible set last recorded for its state key."""
+    return [[graph.validity((s.state_key, s.action), admissible=s.valid) for s in e.steps] for e in eps]
 
 
 def credit(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig,

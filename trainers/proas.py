@@ -117,11 +117,13 @@ class ReferenceGraph:
     def counts(self, edge: Edge) -> tuple[int, int]:
         return sum(c[edge] for c in self._window), sum(c[edge] for c in self._window_neg)
 
-    def _raw_validity(self, edge: Edge) -> float | None:
+    def _raw_validity(self, edge: Edge, admissible: bool | None = None) -> float | None:
         state, action = edge
         src = self.cfg.graph_source
         if src in ("rules", "both"):
-            if state in self.admissible and action not in self.admissible[state]:
+            if admissible is None:  # the rules as last recorded for the state
+                admissible = state not in self.admissible or action in self.admissible[state]
+            if not admissible:
                 return 0.0
             if action in self.walkthrough.get(state, ()):
                 return 1.0
@@ -140,9 +142,12 @@ class ReferenceGraph:
         h = hashlib.sha256(repr((self.seed, edge)).encode()).digest()
         return int.from_bytes(h[:4], "little") / 2**32 < self.cfg.corrupt
 
-    def validity(self, edge: Edge) -> float:
-        """v(e) ∈ [0, 1]; v_unk for an edge the graph knows nothing about."""
-        v = self._raw_validity(edge)
+    def validity(self, edge: Edge, admissible: bool | None = None) -> float:
+        """v(e) ∈ [0, 1]; v_unk for an edge the graph knows nothing about. `admissible`: whether the
+        environment accepted the command when the step took it, which the rules read instead of the
+        admissible commands last recorded for the state (None: those); a state key that two states share
+        cannot then make a step the environment accepted invalid."""
+        v = self._raw_validity(edge, admissible)
         if v is None:
             return self.cfg.v_unk
         return 1.0 - v if self.corrupted(edge) else v
