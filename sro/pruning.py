@@ -92,10 +92,17 @@ class Pruner:
                 out.setdefault(s, f)
         return out
 
-    def earlier(self, history: Sequence[TrialRecord], fraction: float) -> list[dict[str, float]]:
-        """The intermediate results at `fraction` of every trial in `history` that has one."""
+    def earlier(self, history: Sequence[TrialRecord], fraction: float,
+                recipe_key: str | None = None) -> list[dict[str, float]]:
+        """The intermediate results at `fraction` of the runs in `history` that have one: one per run (an
+        interrupted trial whose late result became a new trial, `late_of`, counts once, as that trial),
+        and none of recipe `recipe_key`, the one being judged (a retry is not judged against its own
+        interrupted attempt). Until stop 30 both counted: one run could prune a trial twice over, and a
+        retry was pruned by its own cheaper first attempt."""
         key = fraction_key(fraction)
-        return [r.intermediate[key] for r in history if key in r.intermediate]
+        superseded = {r.late_of for r in history if r.late_of is not None}
+        return [r.intermediate[key] for r in history if key in r.intermediate and r.number not in superseded
+                and (recipe_key is None or r.recipe.key != recipe_key)]
 
     def should_prune(self, values: dict[str, float], earlier: Sequence[dict[str, float]]) -> int:
         """The number of dominating earlier results when it reaches `min_dominating`, else 0."""
@@ -105,13 +112,15 @@ class Pruner:
         return n if n >= self.min_dominating else 0
 
     def hook(self, ctx: Any, steps: int, history: Sequence[TrialRecord],
-             report: Callable[[float, dict[str, float]], None], turns: int = 0) -> Callable[[int, Any, Any], None]:
+             report: Callable[[float, dict[str, float]], None], turns: int = 0,
+             recipe_key: str | None = None) -> Callable[[int, Any, Any], None]:
         """The `on_checkpoint(step, model, tokenizer)` callback for `run_trial`.
 
         At each checkpoint it scores the model on benchmark subsets (`subset_scores`), adds the cost so
         far, hands the values to `report` (the ledger) and raises `TrialPruned` when the rule says so.
         `history` is the study's trials before this one; `turns`: the earlier turns an agent's prompts
-        show (the recipe's `mt.history`), as in its final scoring.
+        show (the recipe's `mt.history`), as in its final scoring; `recipe_key`: the trial's recipe, whose
+        other runs in `history` do not judge it (`earlier`).
         """
         points = self.checkpoints(steps)
         t0 = time.monotonic()
@@ -126,7 +135,7 @@ class Pruner:
             values = {**subset_scores(ctx, model, tokenizer, self.items, turns),
                       "cost": round(time.monotonic() - t0, 2)}
             report(f, values)
-            n = self.should_prune(values, self.earlier(history, f))
+            n = self.should_prune(values, self.earlier(history, f, recipe_key))
             if n:
                 raise TrialPruned(f, step, values, n, eval_s)
             eval_s += time.monotonic() - t_eval

@@ -320,7 +320,7 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
         remaining = budget.remaining_wall_s(spent)
         hook = pruner.hook(ctx, steps, [r for r in ledger.records() if r.number != trial.number],
                            lambda f, v, t=trial: ledger.report_intermediate(t, f, v),
-                           turns=int(recipe.get("mt.history", 0))) if pruner else None
+                           turns=int(recipe.get("mt.history", 0)), recipe_key=recipe.key) if pruner else None
         try:
             out = run_trial(recipe, ctx, max_seconds=remaining, on_step=on_step, on_checkpoint=hook)
             if (stop or out.time_limited) and len(out.curve) < steps:

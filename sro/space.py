@@ -236,12 +236,18 @@ class RecipeSpace:
         return True
 
     def validate(self, values: dict[str, Any]) -> None:
-        """Raise `SpaceError` naming the first value outside the space."""
-        for p in self.params:
-            active = self.is_active(p, values)
-            if active and p.name not in values:
+        """Raise `SpaceError` naming the first value outside the space. A parameter is active given its
+        parents' values where those are active themselves (parents first, as `canonical` and the
+        encoding read it): a value carried for an inactive parent activates nothing (until stop 30 it
+        did, and a trial run before a redesign added that parent's condition read as outside the space)."""
+        active_values: dict[str, Any] = {}
+        for p in self.params:  # parents precede children
+            if not self.is_active(p, active_values):
+                continue
+            if p.name not in values:
                 raise SpaceError(f"recipe lacks {p.name!r}")
-            if active and not p.contains(values[p.name]):
+            active_values[p.name] = values[p.name]
+            if not p.contains(values[p.name]):
                 v = values[p.name]
                 if p.kind in ("int", "float") and (isinstance(v, bool) or not isinstance(v, (int, float))):
                     raise SpaceError(f"{p.name} must be a number (got {v!r})")

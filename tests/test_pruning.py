@@ -61,6 +61,11 @@ def test_checkpoints_and_earlier_results_by_fraction() -> None:
                                                                      "0.667": {"a/x": 0.3, "cost": 3.0}})]
     assert p.earlier(recs, 1 / 3) == [{"a/x": 0.1, "cost": 1.0}, {"a/x": 0.2, "cost": 2.0}]
     assert p.earlier(recs, 2 / 3) == [{"a/x": 0.3, "cost": 3.0}]
+    # one run counts once: trial 2 is the late result of trial 1, which another worker had marked interrupted
+    # (both carry its intermediate results); and a retry of recipe v=0 is not judged by its own first attempt
+    late = TrialRecord(2, "complete", Recipe({"v": 1}), intermediate=recs[1].intermediate, late_of=1)
+    assert p.earlier([*recs, late], 1 / 3) == [{"a/x": 0.1, "cost": 1.0}, {"a/x": 0.2, "cost": 2.0}]
+    assert p.earlier([*recs, late], 1 / 3, recipe_key=Recipe({"v": 0}).key) == [{"a/x": 0.2, "cost": 2.0}]
 
 
 @dataclasses.dataclass

@@ -45,6 +45,23 @@ def test_inactive_conditional_left_out():
     s.validate(v)
 
 
+def test_a_value_carried_for_an_inactive_parent_activates_nothing():
+    """algo=c leaves flag inactive, so flag's child lam is inactive too, whatever value the recipe carries
+    for flag (one run before a redesign gave flag its condition): validate agrees with canonical and the
+    encoding (until stop 30 it asked for lam, and the trial dropped out of the search's evidence)."""
+    from sro.optimizer.encoding import RecipeEncoder
+
+    s = RecipeSpace([Param("algo", "categorical", choices=["a", "c"]),
+                     Param("flag", "bool", condition={"algo": ["a"]}),
+                     Param("lam", "float", 0, 1, condition={"flag": [True]})])
+    v = {"algo": "c", "flag": True}
+    s.validate(v)
+    assert s.admits(v) and s.canonical(v) == {"algo": "c"}
+    assert RecipeEncoder(s).encode(v).tolist() == RecipeEncoder(s).encode({"algo": "c"}).tolist()
+    with pytest.raises(SpaceError, match="recipe lacks 'lam'"):
+        s.validate({"algo": "a", "flag": True})  # active all the way down: lam is needed
+
+
 def test_sobol_points_are_valid_distinct_and_resumable():
     s = _space()
     pts = s.sobol(16, seed=3)

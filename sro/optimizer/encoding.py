@@ -120,7 +120,10 @@ class RecipeEncoder:
         for b in self.blocks:  # parents precede children in `space.params`
             if b.param is None:
                 w = np.clip(x[b.cols], 0.0, None)
-                w = w / w.sum() if w.sum() > 0 else np.full(b.width, 1.0 / b.width)
+                if abs(w.sum() - 1.0) > 1e-6 * b.width:  # weights a recipe holds (6 decimals) are kept as they
+                    # are: dividing by their sum of 1 ± 1e-6 again moved a 6th digit, and the recipe's key with
+                    # it (1 of 5 Sobol recipes), so a decoded trial read as a new recipe (review, stop 30)
+                    w = w / w.sum() if w.sum() > 0 else np.full(b.width, 1.0 / b.width)
                 values.update({m: round(float(v), 6) for m, v in zip(b.members, w)})
             elif self.space.is_active(b.param, values):
                 if b.one_hot:

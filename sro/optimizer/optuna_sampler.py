@@ -93,7 +93,12 @@ class SROSampler(BaseSampler):
         self._random.reseed_rng()
 
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return {name: d for name, d in self._search_space.calculate(study).items() if not d.single()}
+        """The parameters every trial shares with more than one value, of the three kinds `to_param`
+        searches; any other (a user's own `BaseDistribution`) goes to the fallback `RandomSampler`, as
+        a parameter outside the space does (until stop 30 one such parameter made every trial's first
+        suggestion raise)."""
+        return {name: d for name, d in self._search_space.calculate(study).items() if not d.single()
+                and isinstance(d, (FloatDistribution, IntDistribution, CategoricalDistribution))}
 
     def sample_relative(self, study: Study, trial: FrozenTrial,
                         search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
