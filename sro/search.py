@@ -136,7 +136,7 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
     worker), which a run folder's space.yaml replaces only with a higher `version:`; the error says so."""
     path = run_dir / "space.yaml"
     where = f"the study's shared space (v{space.version})" if shared else str(path)
-    mend = (f"write the space, mended, to {path} with `version: {space.version + 1}`: a higher version replaces "
+    mend = (f"mend its copy in {path} and set `version: {space.version + 1}` there: a higher version replaces "
             "the shared one")
     unknown, hints = unread_keys([p.name for p in space.params] + [m for x in space.simplexes for m in x.members]
                                  + list(space.fixed), project)
@@ -416,6 +416,10 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     shared = ledger.shared_space()
     at_hand = shared if shared is not None and (written is None or shared.version > written.version) else written
     if at_hand is not None:
+        if at_hand is shared:  # copied first, so the error's "mend it there" has the file to mend (a joining
+            from sro.designer.design import write_space  # worker's folder had none until `load_space`)
+
+            write_space(run_dir, shared)
         _check_fixed(at_hand, project, run_dir, shared=at_hand is shared)
     if project.start_recipes and not history and shared is None and written is not None:
         _start_recipes(project, written, run_dir, history, console.print, notes=False)  # noted below

@@ -263,9 +263,26 @@ def test_a_fixed_setting_refused_only_beside_a_searched_value_is_left_to_the_tri
     shared = RecipeSpace(list(lr.values()), fixed={"steps": 36.5}, version=3)
     with pytest.raises(SpaceError) as e:
         _check_fixed(shared, proj, tmp_path, shared=True)
-    assert str(e.value) == (f"the study's shared space (v3): fixed.steps=36.5 must be a whole number; write the space, "
-                            f"mended, to {tmp_path / 'space.yaml'} with `version: 4`: a higher version replaces the "
+    assert str(e.value) == (f"the study's shared space (v3): fixed.steps=36.5 must be a whole number; mend its copy "
+                            f"in {tmp_path / 'space.yaml'} and set `version: 4` there: a higher version replaces the "
                             "shared one")
+
+
+def test_a_joining_worker_gets_the_shared_space_to_mend_before_it_is_refused(tmp_path, monkeypatch):
+    """A worker joining a study whose shared space has a bad fixed setting is told to mend its copy in the run
+    folder: the copy is written before the check (until stop 30 the folder had none yet)."""
+    _nothing_prepared(monkeypatch)
+    project = tmp_path / "c.yaml"
+    project.write_text(yaml.safe_dump(CORRIDOR))
+    run_dir = tmp_path / "runs" / "c"
+    bad = RecipeSpace([Param("lr", "float", 0.001, 0.003)], fixed={"max_new_tokens": 4, "steps": 36.5}, version=3)
+    Ledger(load_project(project), run_dir).publish_space(bad)
+    r = run_here("search", str(project), "--runs", str(tmp_path / "runs"))
+    said = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and "the study's shared space (v3): fixed.steps=36.5 must be a whole number" in said, said
+    assert f"mend its copy in {run_dir / 'space.yaml'} and set `version: 4` there" in said
+    copy = RecipeSpace.from_yaml((run_dir / "space.yaml").read_text())
+    assert copy.version == 3 and copy.fixed["steps"] == 36.5
 
 
 def test_a_recipe_seed_is_a_whole_number_named_by_its_key():
