@@ -125,7 +125,8 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
         raise SpaceError(f"{path}: {e}") from None
 
 
-def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shared: bool = False) -> None:
+def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shared: bool = False,
+                 redesigned: bool = False) -> None:
     """The space's keys and fixed settings as its trials read them, checked before anything trains: a key
     no part of a trial reads (a hand edit's `lrr`) is a `SpaceError` with the nearest known key; a recipe of
     the space (its centre) with them must be one the trainer takes. A value it refuses that is a fixed
@@ -133,9 +134,11 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
     space.yaml and the key; it used to fail every trial, after the base model had been scored. A refusal
     that also cites a searched value is left to the trials (another point of the space may train).
     `shared`: the space is the one the study's workers share (published in its storage by another
-    worker), which a run folder's space.yaml replaces only with a higher `version:`; the error says so."""
+    worker), which a run folder's space.yaml replaces only with a higher `version:`; the error says so.
+    `redesigned`: a redesign's new version, not written anywhere yet (the search drops it and goes on)."""
     path = run_dir / "space.yaml"
-    where = f"the study's shared space (v{space.version})" if shared else str(path)
+    where = (f"the study's shared space (v{space.version})" if shared else
+             f"the redesigned space (v{space.version})" if redesigned else str(path))
     mend = (f"mend its copy in {path} and set `version: {space.version + 1}` there: a higher version replaces "
             "the shared one")
     unknown, hints = unread_keys([p.name for p in space.params] + [m for x in space.simplexes for m in x.members]
@@ -149,9 +152,9 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
         check_recipe(Recipe(values, dict(space.fixed)), project.seed, multi_turn=project.multi_turn)
     except RecipeValueError as e:
         if e.keys and set(e.keys) <= set(space.fixed) - set(values):
-            raise SpaceError(f"{where}: " + e.located({k: f"fixed.{k}" for k in e.keys})
-                             + "; " + (mend if shared else "edit it under `fixed:` there, or remove it for the "
-                                         "trainer's default")) from None
+            hint = ("" if redesigned else "; " + (mend if shared else "edit it under `fixed:` there, or remove it "
+                                                   "for the trainer's default"))
+            raise SpaceError(f"{where}: " + e.located({k: f"fixed.{k}" for k in e.keys}) + hint) from None
     except (KeyError, ValueError, TypeError):
         pass  # not a value's fault alone (an unknown setting's name, ...): the trials say it
 
@@ -547,7 +550,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 space = shared
                 starts = _start_recipes(project, space, run_dir, ledger.records(), progress.console.print)
                 proposer = make_proposer(optimizer, space, project, run_dir)
-            redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print)
+            redesigned = maybe_redesign(project, ledger, space, ctx, run_dir, budget, log=progress.console.print,
+                                        check=lambda new: _check_fixed(new, project, run_dir, redesigned=True))
             if redesigned is not None:
                 shared = ledger.shared_space()
                 if shared is None or redesigned.version > shared.version:  # never over a later worker's

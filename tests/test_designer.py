@@ -308,6 +308,35 @@ def test_redesign_drops_unimportant_dims_narrows_important_ones_and_keeps_fittin
     assert maybe_redesign(project, ledger, out, None, tmp_path / "rd", log=logs.append) is None  # not due again
 
 
+def test_a_redesign_the_search_check_refuses_is_dropped(tmp_path):
+    """A redesigned version that the search's check of fixed settings refuses (an LLM fixing group_size: 4.5) is
+    logged and dropped: nothing written, the search goes on in the space it had, and it is not retried at
+    every trial (until stop 30 it was adopted and every later trial failed)."""
+    from sro.search import _check_fixed
+
+    data = {"name": "rd", "domains": {"a": {"sources": [{"reasoning_gym": "basic_arithmetic"}],
+                                            "benchmarks": [{"name": "b", "reasoning_gym": "basic_arithmetic"}]}},
+            "objectives": [{"a/b": "max"}], "designer": {"redesign_every": 4}}
+    project = ProjectConfig.model_validate(data)
+    space = _space()
+    ledger = Ledger(project, tmp_path / "rd")
+    for values in space.sobol(4, seed=1):
+        trial = ledger.start(Recipe(values, dict(space.fixed)), space)
+        ledger.finish(trial, {"a/b": values["lr"] * 100}, {"wall_s": 1.0}, [])
+
+    def check(new: RecipeSpace) -> None:  # the search's own check, on the new version with a bad fixed value
+        _check_fixed(RecipeSpace(new.params, new.simplexes, {**new.fixed, "group_size": 4.5}, version=new.version),
+                     project, tmp_path / "rd", redesigned=True)
+
+    logs: list[str] = []
+    assert maybe_redesign(project, ledger, space, None, tmp_path / "rd", log=logs.append, check=check) is None
+    assert not (tmp_path / "rd" / "space.v2.yaml").exists()
+    assert logs == ["the redesigned space (version 2) was refused and is not used: the redesigned space (v2): "
+                    "fixed.group_size=4.5 must be a whole number; the search goes on in version 1"]
+    assert maybe_redesign(project, ledger, space, None, tmp_path / "rd", log=logs.append, check=check) is None
+    assert len(logs) == 1  # not due again until more trials
+
+
 # --- `sro design`, then editing the space ------------------------------------------------------
 
 @pytest.mark.slow

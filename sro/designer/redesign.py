@@ -23,13 +23,14 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from typing import Any
 
 from sro.config import ProjectConfig
 from sro.designer.catalog import Catalog
 from sro.ledger import TrialRecord
 from sro.recipe import Recipe
-from sro.space import Param, RecipeSpace
+from sro.space import Param, RecipeSpace, SpaceError
 
 DROP_BELOW = 0.05
 MARGIN = 0.25
@@ -219,8 +220,11 @@ def redesign(space: RecipeSpace, evidence: Evidence, catalog: Catalog, project: 
 
 
 def maybe_redesign(project: ProjectConfig, ledger, space: RecipeSpace, ctx, run_dir, budget=None,
-                   log=print) -> RecipeSpace | None:
-    """Redesign when due (see `due`); write the new version and return it, else None."""
+                   log=print, check: Callable[[RecipeSpace], None] | None = None) -> RecipeSpace | None:
+    """Redesign when due (see `due`); write the new version and return it, else None. `check` (the search's
+    check of a space's keys and fixed settings) may refuse the new version with a `SpaceError`: it is then
+    logged and dropped, and the search goes on in `space` (a redesign that fixed a value no trial can use
+    used to fail every later trial)."""
     from sro.designer.catalog import build_catalog
     from sro.designer.design import write_space
 
@@ -231,8 +235,15 @@ def maybe_redesign(project: ProjectConfig, ledger, space: RecipeSpace, ctx, run_
         return None
     evidence = gather_evidence(ledger, records, project.objective_directions())
     new = redesign(space, evidence, build_catalog(project, budget, ctx), project, run_dir, warn=log)
-    path = write_space(run_dir, new)
     ledger.put("designed_at_trials", evidence.n_finished)
+    if check is not None:
+        try:
+            check(new)
+        except SpaceError as e:
+            log(f"the redesigned space (version {new.version}) was refused and is not used: {e}; the search goes "
+                f"on in version {space.version}")
+            return None
+    path = write_space(run_dir, new)
     kept = sum(fits(new, r.recipe) for r in records if r.state == "complete")
     log(f"redesigned the space ({why}): {path.name} is version {new.version} with {len(new.params)} parameters; "
         f"{kept} earlier trial(s) fit it and stay in the optimizer's evidence")
