@@ -40,6 +40,39 @@ def test_cispo_weight_is_clipped_above_only_and_detached():
     assert "eps_high" in knobs and "eps_low" not in knobs
 
 
+def test_clip_and_cispo_take_their_ratio_against_the_behaviour_policy():
+    """r = π_θ/μ, not π_θ/π_prox: with μ ≠ π_prox the staleness correction of GRPO, DAPO and CISPO is the ratio
+    against μ (a review found no test telling the two apart: swapping them passed every test)."""
+    logp = torch.log(torch.tensor([[0.5, 0.5]])).requires_grad_(True)
+    behav = torch.log(torch.tensor([[0.25, 0.5]]))  # μ: r = 2 and 1
+    prox = torch.log(torch.tensor([[0.5, 0.25]]))  # π_prox: the other way round
+    x = LossInputs(logp, behav, prox, torch.tensor([[1.0, 1.0]]), torch.ones(1, 2))
+    clip = POLICY_LOSSES.get("clip")(x, eps_low=0.2, eps_high=0.2)
+    assert torch.allclose(clip, torch.tensor([[-1.2, -1.0]]))  # −min(r·A, clip(r)·A): 2 clipped to 1.2, and 1
+    cispo = POLICY_LOSSES.get("cispo")(x, eps_high=0.2)
+    assert torch.allclose(cispo, torch.tensor([[-1.2 * math.log(0.5), -1.0 * math.log(0.5)]]))
+
+
+def test_a_log_prob_overflow_at_a_masked_token_leaves_the_loss_finite():
+    """The trainers fill the reference log-probs' masked positions (padding after EOS) with π_θ's own
+    (`on_mask`): an exp overflow there used to make the loss and every gradient NaN (inf · 0)."""
+    from trainers.core import k3_kl, on_mask
+
+    mask = torch.tensor([[1.0, 0.0]])
+    adv = torch.tensor([[-1.0, -1.0]])
+    behav = torch.tensor([[-1.0, -95.0]])  # μ far below π_θ at the padding token: r = e^94 = inf
+    ref = torch.tensor([[-1.0, 94.0]])
+    for guard in (False, True):
+        logp = torch.tensor([[-1.0, -1.0]], requires_grad=True)
+        b, r = (on_mask(behav, mask, logp.detach()), on_mask(ref, mask, logp.detach())) if guard else (behav, ref)
+        tok = POLICY_LOSSES.get("clip")(LossInputs(logp, b, b, adv, mask)) + 0.04 * k3_kl(logp, r)
+        loss = AGGREGATIONS.get("token_mean")(tok, mask)
+        loss.backward()
+        finite = bool(torch.isfinite(loss)) and bool(torch.isfinite(logp.grad).all())
+        assert finite == guard
+    assert loss.item() == pytest.approx(1.0) and logp.grad.tolist() == [[1.0, 0.0]]  # −r·A at r = 1; k3 = 0
+
+
 def test_proximal_kl_stats_by_hand():
     """ALGORITHMS.md §3's report: mean/max |δ|, ESS of w, masked fraction, mean F (masked tokens only)."""
     from trainers.losses import ProxKLSettings, proximal_kl_stats

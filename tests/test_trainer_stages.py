@@ -66,6 +66,8 @@ def test_batch_schedule_and_lr_scaling():
     lin = BatchSchedule(4, 8, 10, 0.5, 4, lr_alpha=1.0, ref_batch=16)
     assert lin.lr(1e-4, 1) == pytest.approx(2e-4) and lin.lr(1e-4, 10) == pytest.approx(8e-4)
     assert BatchSchedule(4, 8, 10).prompts(10) == 4  # no schedule
+    short = BatchSchedule(4, 8, 4, 0.2, 4, lr_alpha=1.0)  # 0.2 · 4 steps < 1: still one step below the switch
+    assert [short.prompts(s) for s in range(1, 5)] == [4, 16, 16, 16] and short.lr(1e-4, 1) == pytest.approx(1e-4)
 
 
 # ---------- distillation pieces ----------
@@ -200,6 +202,36 @@ def test_dynamic_sampling_keeps_only_groups_with_signal(tiny):
     r = tr._rollout()
     g = r.rewards.view(-1, 4)
     assert ((g.max(1).values - g.min(1).values) > 0).all()  # every kept group carries signal
+
+
+def test_dynamic_sampling_without_any_signal_skips_the_update(tiny):
+    """When no group of `max_sample_rounds` rounds has a reward spread, nothing trains: the weights stay put
+    (until stop 30 the zero-advantage batch was stepped on, and AdamW's momentum from the step before moved
+    them), the step says so, and the next step with signal trains again."""
+    _, tok = tiny
+    cfg = config_for("dapo", {"lr": 1e-3, "steps": 3, "group_size": 4, "prompts_per_step": 3,
+                              "max_new_tokens": 2, "max_sample_rounds": 2, "warmup_steps": 1}, mask_truncated=False)
+    flat = {"on": False}
+
+    class Switch(_Digit):  # a reward spread within groups, or none at all
+        def score(self, item, text):
+            return 1.0 if flat["on"] else float(len(text) % 2)
+
+    class SwitchMix(_Mix):
+        def sample(self, n):
+            return [(Switch(), it) for _, it in super().sample(n)]
+
+    tr = GRPOTrainer(_model(tiny), tok, cfg, SwitchMix())
+    first = tr.step()
+    assert first["kept_groups"] > 0 and first["skipped"] == 0.0 and first["grad_norm"] > 0
+    flat["on"] = True
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    m = tr.step()
+    assert m["kept_groups"] == 0.0 and m["skipped"] == 1.0 and m["sample_rounds"] == 2
+    assert all(torch.equal(p.detach(), q) for p, q in zip(tr.model.parameters(), before))
+    assert "loss" not in m and "entropy" not in m and tr.clock.observe(m) is None  # no collapse read into it
+    flat["on"] = False
+    assert tr.step()["skipped"] == 0.0
 
 
 def test_ewma_proximal_policy_lags_the_trained_policy(tiny):

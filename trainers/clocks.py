@@ -95,8 +95,11 @@ class BatchSchedule:
     """N₀, in sequences; default: the starting batch P·G (so lr₀ is the lr of the first phase)."""
 
     def prompts(self, step: int) -> int:
-        """Prompts for 1-based `step`."""
-        switched = self.multiplier > 1 and self.switch_at < 1.0 and step > math.floor(self.switch_at * self.steps)
+        """Prompts for 1-based `step`. The first phase has at least one step: with `switch_at · steps` below 1
+        (steps 4, switch_at 0.2) the schedule used to start at the larger batch and its scaled lr, where §6
+        starts below the critical batch."""
+        first = max(1, math.floor(self.switch_at * self.steps))
+        switched = self.multiplier > 1 and self.switch_at < 1.0 and step > first
         return self.prompts_per_step * (self.multiplier if switched else 1)
 
     def lr(self, lr0: float, step: int) -> float:

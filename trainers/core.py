@@ -48,6 +48,14 @@ def centred_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return (r - r.mean(dim=1, keepdim=True)).reshape(-1)
 
 
+def on_mask(x: torch.Tensor, mask: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+    """`x` where `mask` holds and `fill` at the masked positions (padding after EOS): the reference log-probs
+    (μ, π_prox, π_ref) a loss exponentiates against π_θ's, given `fill` = π_θ's own (detached) so that a masked
+    ratio is 1 and its k3 0. The aggregations multiply by the mask, and an overflow there (a log-prob gap of
+    88 nats at a padding token) times that 0 made the loss and every gradient NaN (review, stop 30)."""
+    return torch.where(mask.bool(), x, fill)
+
+
 def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Schulman's k3 estimator of KL(π_θ‖π_ref) per token: exp(q) − q − 1, q = logπ_ref − logπ_θ."""
     q = ref_logp - logp

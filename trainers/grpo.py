@@ -19,7 +19,7 @@ from evaluators.registry import Registry
 from evaluators.sources import Item, Task
 from trainers.backends import ROLLOUT_BACKENDS
 from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock
-from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
+from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl, on_mask
 from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine, teacher_log_dist
 from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings, proximal_kl_stats
 from trainers.mixture import Mixture
@@ -301,7 +301,11 @@ class GRPOTrainer:
         if distilling:
             stats.update(distill_loss=0.0, distill_kl=0.0, grad_cos=0.0)  # distill_kl: sampled KL(student‖teacher)
         n_updates = 0
-        for _ in range(cfg.num_iterations):
+        # dynamic sampling found no group with a reward spread in `max_sample_rounds`: §1 drops such groups, so
+        # nothing trains (until stop 30 the zero-advantage batch was stepped on: AdamW's momentum and weight decay
+        # moved the weights with no signal, and the EWMA copies with them)
+        skipped = cfg.dynamic_sampling and b.kept == 0
+        for _ in range(0 if skipped else cfg.num_iterations):
             # exactly `minibatches` parts, or one row each where dynamic sampling kept fewer rows than that
             # (until stop 25 the empty parts crashed the step)
             for idx in torch.tensor_split(torch.randperm(N), min(cfg.minibatches, N)):
@@ -318,9 +322,11 @@ class GRPOTrainer:
                 # update's only pass, so μ is the policy right now (not π_prox, which in ewma mode lags)
                 b_logp = b.behav[idx] if b.behav is not None else logp.detach()
                 m = mask[idx]
+                b_logp, p_logp = on_mask(b_logp, m, logp.detach()), on_mask(p_logp, m, logp.detach())
                 inputs = LossInputs(logp, b_logp, p_logp, adv[idx].unsqueeze(-1).expand_as(logp), m)
                 tok_loss = policy_loss(inputs, eps_low=cfg.eps_low, eps_high=cfg.eps_high, prox=cfg.prox)
-                kl = k3_kl(logp, ref_logp[idx]) if ref_logp is not None else torch.zeros_like(logp)
+                kl = (k3_kl(logp, on_mask(ref_logp[idx], m, logp.detach())) if ref_logp is not None
+                      else torch.zeros_like(logp))
                 loss = aggregate(tok_loss + cfg.beta * kl, m, max_len=cfg.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 if distilling:
@@ -362,12 +368,13 @@ class GRPOTrainer:
                 n_updates += 1
         self.model.eval()
         self.backend.sync(self.model)
-        out = {k: v if k == "prox_delta_max" else v / n_updates for k, v in stats.items()}
+        # a skipped step measured no loss, gradient or entropy (a 0 would read as an entropy collapse)
+        out = {k: v if k == "prox_delta_max" else v / n_updates for k, v in stats.items()} if n_updates else {}
         out.update(reward=float(b.rewards.mean()), accuracy=float((b.rewards >= 1).float().mean()),
                    truncated=float(ro.truncated.float().mean()), samples=self.samples, tokens=self.tokens,
                    lr=lr, batch=N)
         if cfg.dynamic_sampling:
-            out.update(kept_groups=b.kept, sample_rounds=b.rounds)
+            out.update(kept_groups=b.kept, sample_rounds=b.rounds, skipped=float(skipped))
         return out
 
     def train(self, on_step: Callable[[int, dict[str, float]], bool | None] | None = None) -> list[dict[str, float]]:

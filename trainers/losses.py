@@ -65,7 +65,10 @@ class ProxKLSettings:
     With ewma, Proximal KL no longer reduces to REINFORCE on fresh rollouts after the first step: the
     lagging π_prox is a trust-region anchor there too."""
     ewma_decay: float = 0.5
-    """θ_prox ← decay·θ_prox + (1 − decay)·θ after each optimizer step (mode ewma)."""
+    """θ_prox ← decay·θ_prox + (1 − decay)·θ after each optimizer step (mode ewma). π_prox's log-probs are
+    computed once per generation batch, from the average as that batch's update begins, so with K optimizer
+    steps per batch (`num_iterations` × `minibatches`) the next batch's anchor keeps decay^K of this one's:
+    what a decay means depends on the reuse knobs (docs/trainers.md)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("snapshot", "ewma"):

@@ -88,10 +88,27 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]):
     return tok
 
 
+def no_dropout(model: torch.nn.Module) -> None:
+    """Every dropout of `model` off: its `nn.Dropout` modules, and the rates attention layers read from their
+    own attributes in train mode (Qwen2's and Llama's `attention_dropout` is a float, not a module: until
+    stop 30 a base model with a non-zero one trained with π_θ ≠ μ on fresh rollouts), in its config too."""
+    import torch
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        for name in ("attention_dropout", "dropout"):
+            if isinstance(getattr(m, name, None), float):
+                setattr(m, name, 0.0)
+    config = getattr(model, "config", None)
+    for name, v in (vars(config).items() if config is not None else ()):
+        if "dropout" in name and isinstance(v, float):
+            setattr(config, name, 0.0)
+
+
 def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", training: bool = True):
     """(model, tokenizer) in eval mode on the chosen device; `training`: its weights will be updated
     (fp32, a model only scored is bf16 on CUDA, `pick_dtype`; and no dropout, as RL trainers do)."""
-    import torch
     from transformers import AutoModelForCausalLM
 
     _quiet_hub()
@@ -110,9 +127,7 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", trai
         raise ModelLoadError(f"cannot load model {src}: {str(e).splitlines()[0]}") from None
     model.to(dev).eval()
     if training:  # trained in train mode, sampled (μ) in eval mode: with dropout on, π/μ ≠ 1 before any update
-        for m in model.modules():
-            if isinstance(m, torch.nn.Dropout):
-                m.p = 0.0
+        no_dropout(model)
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tok.pad_token_id
     return model, tok

@@ -22,7 +22,7 @@ from evaluators.calibration import ConfidenceRecord, calibration_report, confide
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, episode_metrics, resolve_action
 from trainers.algorithms import ALGORITHMS, RecipeValueError, recipe_settings
 from trainers.clocks import BatchSchedule
-from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl
+from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl, on_mask
 from trainers.grpo import OPTIMIZERS, GRPOConfig
 from trainers.losses import POLICY_LOSSES, LossInputs
 from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
@@ -415,7 +415,7 @@ class MultiTurnTrainer:
         if self.ref is not None:  # β·k3 KL to the frozen base, per action token (§1)
             with torch.no_grad():
                 ref_logp, _ = completion_logprobs(self.ref, ids, att, L, temperature=c.temperature)
-            kl_tok = k3_kl(logp, ref_logp)
+            kl_tok = k3_kl(logp, on_mask(ref_logp, mask, old))  # padding: 0, never inf · 0
             tok_loss = tok_loss + c.beta * kl_tok
             kl = float((kl_tok.detach() * mask).sum() / mask.sum().clamp(min=1))
         loss = AGGREGATIONS.get(c.aggregation)(tok_loss, mask, max_len=c.max_new_tokens)
