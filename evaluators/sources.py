@@ -10,9 +10,9 @@ import dataclasses
 import difflib
 import hashlib
 import json
-import math
 import random
 import re
+import unicodedata
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from functools import cached_property
@@ -96,13 +96,34 @@ def same_number(got: str, want: str) -> bool:
         return False
     if a == b:
         return True
-    if a == a.to_integral_value() and b == b.to_integral_value():
+    if b == b.to_integral_value():  # an integer reference wants that integer: 123456789.4 read as it in float
         return False
-    return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=0.0)
+    return abs(a - b) <= Decimal("1e-6") * max(abs(a), abs(b))  # in Decimal: float() made 1e-400 equal 2e-400
+
+
+def _canonical_text(text: str) -> str:
+    """NFKC (fullwidth digits, ligatures, decomposed accents read as their plain forms), format characters
+    (zero-width spaces and joiners) dropped, runs of whitespace one space, ends stripped."""
+    text = "".join(c for c in unicodedata.normalize("NFKC", str(text)) if unicodedata.category(c) != "Cf")
+    return re.sub(r"\s+", " ", text).strip()
+
+
+QUESTION_KEY_VERSION = 2
+"""Of `normalize`, in the keys of caches holding normalized questions (the pass-rate table, the catalog):
+2 since stop 30 (Unicode forms read as one)."""
 
 
 def normalize(text: str) -> str:
-    return re.sub(r"\s+", " ", str(text).strip().lower())
+    """A question's identity, for decontamination, dedup and the pass-rate table: its canonical text
+    (`_canonical_text`; until stop 30 an NFD accent or a zero-width space let a held-out question train),
+    case-folded, so that a benchmark question differing in case alone is still held out."""
+    return _canonical_text(text).casefold()
+
+
+def normalize_answer(text: str) -> str:
+    """An answer as a JSONL source grades it: its canonical text, case kept (until stop 30 answers were
+    compared case-folded, so 'Ba' was graded correct for 'bA' and 'Co' for 'CO')."""
+    return _canonical_text(text)
 
 
 class Task:
@@ -140,19 +161,24 @@ class ReasoningGymTask(Task):
         return float(self.dataset.score_answer(got, item.entry) or 0.0)
 
 
-class JsonlTask(Task):
-    """A local JSONL file of `question`/`answer` rows (read through `datasets`), in a seeded order.
+def _jsonl_lines(path: Path):
+    """(line number, text) of each non-blank line of `path` (UTF-8, a byte-order mark read past), read here
+    and parsed as JSON by the caller: `datasets`' JSON reader inferred one type per column (an answer of
+    12345678901234567890 came back as 1.2345678901234567e+19, every integer answer as "2.0" once one answer
+    was a decimal), and its text reader's cache, keyed on the path and modification time, served a file
+    rewritten within the same second (or copied with `cp -p`) as it was before (until stop 30)."""
+    with path.open(encoding="utf-8-sig") as f:
+        for lineno, line in enumerate(f, 1):
+            if line.strip():
+                yield lineno, line
 
-    The lines are read as text and each parsed as JSON here: `datasets`' own JSON reader infers one
-    type per column, so an answer of 12345678901234567890 came back as 1.2345678901234567e+19 and every
-    integer answer as "2.0" once one answer in the file was a decimal."""
+
+class JsonlTask(Task):
+    """A local JSONL file of `question`/`answer` rows, in a seeded order (`_jsonl_lines`)."""
 
     def __init__(self, spec: SourceSpec, seed: int) -> None:
-        import datasets
-
         self.spec = spec
-        lines = datasets.load_dataset("text", data_files=spec.target, split="train", encoding="utf-8-sig")
-        self.rows = [json.loads(r["text"]) for r in lines if r["text"].strip()]
+        self.rows = [json.loads(line) for _, line in _jsonl_lines(Path(spec.target))]
         self.order = list(range(len(self.rows)))
         random.Random(seed).shuffle(self.order)
 
@@ -171,7 +197,8 @@ class JsonlTask(Task):
         return Item(str(row["question"]), str(row["answer"]), self.spec.key, dict(row))
 
     def score(self, item: Item, completion: str) -> float:
-        got, want = normalize(extract_answer(completion, answer_lines(item.answer))), normalize(item.answer)
+        got = normalize_answer(extract_answer(completion, answer_lines(item.answer)))
+        want = normalize_answer(item.answer)
         return float(got == want or same_number(got, want))
 
 
@@ -231,23 +258,26 @@ def _check_jsonl(spec: SourceSpec) -> None:
     if not path.is_file():
         raise SourceSpecError(f"no such file {spec.target!r}; paths are relative to the project YAML", "jsonl")
     rows = 0
+    shape = '(each line is one {"question": ..., "answer": ...} object)'
     try:
-        with path.open(encoding="utf-8-sig") as f:  # a byte-order mark is read past
-            for lineno, line in enumerate(f, 1):  # every line: a bad one used to surface mid-search
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise SourceSpecError(f"{path.name} line {lineno} is not JSON ({e.msg})", "jsonl") from None
-                missing = sorted(k for k in ("question", "answer")
-                                 if not isinstance(row, dict) or row.get(k) is None)
-                if missing:  # absent or null: it would train and score against the text "None"
-                    null = [k for k in missing if isinstance(row, dict) and k in row]
-                    what = f"has {' and '.join(null)} null" if null else f"lacks {missing}"
-                    raise SourceSpecError(f"{path.name} line {lineno} {what} (each line is one "
-                                          '{"question": ..., "answer": ...} object)', "jsonl")
-                rows += 1
+        for lineno, line in _jsonl_lines(path):  # every line: a bad one used to surface mid-search
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise SourceSpecError(f"{path.name} line {lineno} is not JSON ({e.msg})", "jsonl") from None
+            missing = sorted(k for k in ("question", "answer") if not isinstance(row, dict) or row.get(k) is None)
+            if missing:  # absent or null: it would train and score against the text "None"
+                null = [k for k in missing if isinstance(row, dict) and k in row]
+                what = f"has {' and '.join(null)} null" if null else f"lacks {missing}"
+                raise SourceSpecError(f"{path.name} line {lineno} {what} {shape}", "jsonl")
+            q, a = row["question"], row["answer"]
+            if not isinstance(q, str) or not q.strip():  # a number or an object trained as its str()
+                raise SourceSpecError(f"{path.name} line {lineno}: question must be non-blank text (got {q!r}) "
+                                      f"{shape}", "jsonl")
+            if isinstance(a, (dict, list)) or (isinstance(a, str) and not a.strip()):  # '' matched an empty answer
+                raise SourceSpecError(f"{path.name} line {lineno}: answer must be non-blank text or a number "
+                                      f"(got {a!r}) {shape}", "jsonl")
+            rows += 1
     except UnicodeDecodeError as e:
         raise SourceSpecError(f"{path.name} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8",
                               "jsonl") from None

@@ -227,6 +227,16 @@ class ProjectConfig(_Strict):
 
     _name_ok = field_validator("name")(lambda v: _plain_name(v, "name (a folder under runs/)"))
 
+    @field_validator("domains")
+    @classmethod
+    def _domain_names_ok(cls, v: dict[str, DomainConfig]) -> dict[str, DomainConfig]:
+        """A domain's name is the first part of its benchmarks' keys (`domain/benchmark`): `math/easy` made
+        `math/easy/b`, which no per-domain lookup found (the generalization gap went missing), and '' or a
+        space made keys that could not be read back (review, stop 30)."""
+        for name in v:
+            _plain_name(name, "domain name")
+        return v
+
     @field_validator("storage")
     @classmethod
     def _storage_ok(cls, v: str | None) -> str | None:

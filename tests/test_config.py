@@ -164,6 +164,14 @@ def test_bad_project_name(micro_project):
     assert "name" in msg and "letters, digits" in msg
 
 
+@pytest.mark.parametrize("domain", ["math/easy", "", "my domain"])
+def test_a_domain_name_is_a_plain_name(micro_project, domain):
+    """A domain's name starts its benchmarks' keys: `math/easy` made `math/easy/b`, which the per-domain
+    lookups did not find (review, stop 30)."""
+    msg = _err(micro_project, lambda d: d.update(domains={domain: next(iter(d["domains"].values()))}))
+    assert f"domain name {domain!r} may only use letters, digits, _ . -" in msg
+
+
 def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
     path = micro_project()
     data = yaml.safe_load(path.read_text())

@@ -202,6 +202,19 @@ def test_an_edited_jsonl_file_gets_a_new_pass_rate_table(tmp_path):
     assert table_id("model", [make_task(SourceSpec("jsonl", str(p)), seed=0)], 256, 4) == before
     p.write_text(json.dumps({"question": "2+2", "answer": "4"}) + "\n")
     assert table_id("model", [make_task(SourceSpec("jsonl", str(p)), seed=0)], 256, 4) != before
+    # a local model folder retrained in place is measured again (its path alone was the key until stop 30)
+    import os
+
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"v1")
+    tasks = [make_task(SourceSpec("jsonl", str(p)), seed=0)]
+    first = table_id(str(model), tasks, 256, 4)
+    assert table_id(str(model), tasks, 256, 4) == first
+    (model / "model.safetensors").write_bytes(b"v2, longer")
+    os.utime(model / "model.safetensors", ns=(1, 1))
+    assert table_id(str(model), tasks, 256, 4) != first
 
 
 def test_a_truncated_pass_rate_table_is_measured_again(tmp_path, monkeypatch):

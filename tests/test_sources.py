@@ -103,6 +103,49 @@ def test_numbers_compare_exactly_or_within_a_relative_tolerance(tmp_path):
         assert t.score(item[want], got) == score, (want, got)
 
 
+def test_answers_keep_their_case_and_questions_read_as_one_across_unicode_forms(tmp_path):
+    """A review's cases (stop 30). A JSONL answer is graded with its case (`Ba` was correct for `bA`, `Co`
+    for `CO`), and an integer reference wants that integer (123456789.4 was read as it in float, 1e-400 as
+    2e-400). A question's identity (decontamination, dedup, pass rates) reads NFD accents, zero-width
+    spaces and fullwidth digits as the plain text, so a held-out question in another Unicode form stays
+    held out (they trained); its case is still folded on purpose, so that a case variant is held out too."""
+    from evaluators.sources import SourceSpecError, check_source_spec, same_number
+
+    p = tmp_path / "c.jsonl"
+    p.write_text("\n".join(json.dumps({"question": q, "answer": a}) for q, a in (("flip", "bA"), ("cobalt", "CO"))))
+    t = make_task(SourceSpec("jsonl", str(p)), seed=0)
+    item = {it.question: it for it in t.items(2)}
+    assert t.score(item["flip"], "Ba") == 0.0 and t.score(item["flip"], " bA ") == 1.0
+    assert t.score(item["cobalt"], "Co") == 0.0 and t.score(item["cobalt"], "CO") == 1.0
+    for want, got, same in (("123456789", "123456789.4", False), ("1000000", "1000000.9", False),
+                            ("3", "3.000001", False), ("2e-400", "1e-400", False), ("3", "3.0", True),
+                            ("0.5", "0.5000001", True), ("0.5", "0.51", False)):
+        assert same_number(got, want) is same, (want, got)
+    plain = normalize("What is 12 + 3, café?")
+    for variant in ("What is 12 + 3, cafe\u0301?", "What is 1\u200b2 + 3, café?", "What is \uff11\uff12 + 3, café?",
+                    "what is 12\u00a0+ 3,  CAFÉ?"):
+        assert normalize(variant) == plain, variant
+    for text, needle in (('{"question": 7, "answer": "1"}\n', "line 1: question must be non-blank text (got 7)"),
+                         ('{"question": "  ", "answer": "1"}\n', "line 1: question must be non-blank text"),
+                         ('{"question": "q", "answer": ""}\n', "line 1: answer must be non-blank text or a number"),
+                         ('{"question": "q", "answer": [2, 3]}\n', "line 1: answer must be non-blank text or a number")):
+        p.write_text(text)
+        with pytest.raises(SourceSpecError, match=re.escape(needle)):
+            check_source_spec(SourceSpec("jsonl", str(p)))
+
+
+def test_a_jsonl_file_rewritten_in_the_same_second_is_read_anew(tmp_path):
+    """The rows are read from the file each time: `datasets`' text cache, keyed on the path and the
+    modification time, served the old rows of a file rewritten with the same size and time (review, stop 30)."""
+    import os
+
+    p = tmp_path / "q.jsonl"
+    for answer in ("1", "2"):
+        p.write_text(json.dumps({"question": "q", "answer": answer}) + "\n")
+        os.utime(p, ns=(1_700_000_000_000_000_000, 1_700_000_000_000_000_000))
+        assert make_task(SourceSpec("jsonl", str(p)), seed=0).item(0).answer == answer
+
+
 def test_a_multi_line_reference_answer_is_read_over_as_many_lines():
     """reasoning-gym generators whose answer is a grid or a board (rotate_matrix, sudoku, n_queens, ...):
     the completion is read over as many lines as the reference answer has. Before stop 23 only its

@@ -88,6 +88,26 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]):
     return tok
 
 
+def model_fingerprint(name_or_path: str | os.PathLike[str]) -> str:
+    """What a cache keyed on a base model must also key on: for a local folder, its `config.json` and the
+    name, size and modification time of each weight file, so a model retrained in place is measured again
+    (the pass-rate table and the catalog were keyed on the path alone until stop 30); for a hub id, the id."""
+    import hashlib
+
+    folder = Path(str(name_or_path)).expanduser()
+    if not folder.is_dir():
+        return str(name_or_path)
+    h = hashlib.sha256(str(folder.resolve()).encode())
+    config = folder / "config.json"
+    if config.is_file():
+        h.update(config.read_bytes())
+    for f in sorted(folder.iterdir()):
+        if f.suffix in (".safetensors", ".bin", ".pt", ".gguf") or f.name.endswith(".index.json"):
+            st = f.stat()
+            h.update(f"{f.name}:{st.st_size}:{st.st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
 def no_dropout(model: torch.nn.Module) -> None:
     """Every dropout of `model` off: its `nn.Dropout` modules, and the rates attention layers read from their
     own attributes in train mode (Qwen2's and Llama's `attention_dropout` is a float, not a module: until

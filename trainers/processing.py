@@ -25,8 +25,9 @@ from typing import Any
 
 from evaluators.files import write_whole
 from evaluators.registry import Registry
-from evaluators.sources import Item, Task, normalize
+from evaluators.sources import QUESTION_KEY_VERSION, Item, Task, normalize
 from trainers.algorithms import Knob, RecipeValueError, checked_value
+from trainers.models import model_fingerprint
 
 Predicate = Callable[[Item], bool]
 PassRates = Mapping[str, float]
@@ -213,11 +214,13 @@ def estimate_pass_rates(model, tokenizer, tasks: Sequence[Task], n_items: int = 
 
 
 def table_id(base_path: str, tasks: Sequence[Task], *settings: Any) -> str:
-    """The cache key of a pass-rate table: the base model, each source (with its file's content, so an
+    """The cache key of a pass-rate table: the base model (its folder's contents too, `model_fingerprint`),
+    the question keys' version (`QUESTION_KEY_VERSION`), each source (with its file's content, so an
     edited JSONL is measured again: its path alone left a stale table, whose difficulty band then
     dropped every new question), and the estimate's settings."""
-    ident = json.dumps([base_path, [(t.spec.key, getattr(t, "seed", None), getattr(t, "content_id", None))
-                                    for t in tasks], *settings], sort_keys=True)
+    ident = json.dumps([base_path, model_fingerprint(base_path), QUESTION_KEY_VERSION,
+                        [(t.spec.key, getattr(t, "seed", None), getattr(t, "content_id", None)) for t in tasks],
+                        *settings], sort_keys=True)
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 

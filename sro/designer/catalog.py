@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.files import write_whole
-from evaluators.sources import MULTI_TURN_KINDS, Task, derive_seed, make_task, normalize
+from evaluators.sources import MULTI_TURN_KINDS, QUESTION_KEY_VERSION, Task, derive_seed, make_task, normalize
 from sro.budget import Budget
 from sro.config import ProjectConfig
 from trainers.algorithms import catalog as algorithm_catalog
+from trainers.models import model_fingerprint
 from trainers.processing import OPERATORS
 
 GREEDY_SAMPLE = 32
@@ -147,7 +148,8 @@ def _measure(ctx, cache_dir: Path) -> dict[str, Any]:
     from trainers.models import load_policy
 
     project = ctx.project
-    ident = json.dumps([ctx.base_path, {d: [(t.spec.key, getattr(t, "content_id", None)) for t in ts]
+    ident = json.dumps([ctx.base_path, model_fingerprint(ctx.base_path), QUESTION_KEY_VERSION,
+                        {d: [(t.spec.key, getattr(t, "content_id", None)) for t in ts]
                                         for d, ts in ctx.tasks.items()},  # an edited JSONL is measured again
                         project.seed, project.runtime.max_new_tokens, GREEDY_SAMPLE], sort_keys=True)
     path = cache_dir / f"catalog-{hashlib.sha256(ident.encode()).hexdigest()[:16]}.json"
