@@ -23,7 +23,7 @@ from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.mixture import Mixture
 from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes, multi_turn_config
 from trainers.sft import sft
-from trainers.processing import OPERATORS, item_filter, pass_rate_table, processing_values
+from trainers.processing import RATED_ITEMS, OPERATORS, item_filter, needs_pass_rates, pass_rate_table, processing_values
 from trainers.models import load_policy
 from trainers.tiny import TinySpec, ensure_tiny, tiny_cached, tiny_folder
 
@@ -212,8 +212,17 @@ def _check_sources_left(project: ProjectConfig, tasks: dict[str, list[Task]], ex
     where = f"{project._source}: " if project._source else ""
     for d, ts in tasks.items():
         for i, t in enumerate(ts):
+            if getattr(t, "multi_turn", False):
+                continue  # games: held-out ones are kept apart by signature, not by question
             n = getattr(t, "n_items", None)
-            if n is None:
+            if n is None:  # a generator: a decontaminated benchmark as large as its problem space leaves none
+                if exclude and all(normalize(t.item(j).question) in exclude for j in range(OVERLAP_PROBE)):
+                    by = [k for k, qs in held.items() if qs]
+                    raise ConfigError(f"{where}domains.{d}.sources[{i}].{t.spec.kind}: each of the first "
+                                      f"{OVERLAP_PROBE} questions of {t.spec.target} is a question of the held-out "
+                                      f"benchmark{'s' if len(by) > 1 else ''} {', '.join(by)} (`decontaminate: "
+                                      "true` keeps them out of training), so its problem space is used up; give "
+                                      "the benchmark a smaller `size`, or the generator a larger space (its config)")
                 continue
             questions = {normalize(t.item(j).question) for j in range(n)}
             if questions <= exclude:
@@ -420,8 +429,10 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
         keep = item_filter({**recipe.fixed, **recipe.values}, ctx.pass_rates)
     except ValueError as e:
         raise TrialFailed(f"recipe {recipe.key}: {e}") from None
+    banded = needs_pass_rates({**recipe.fixed, **recipe.values})  # a difficulty band: the rated items, repeated
     mixture = Mixture(ctx.tasks, recipe.mixture(list(project.domains)), seed=project.seed,
-                      exclude_questions=ctx.exclude, keep=keep, source_weights=source_weights(recipe, ctx.tasks))
+                      exclude_questions=ctx.exclude, keep=keep, source_weights=source_weights(recipe, ctx.tasks),
+                      period=RATED_ITEMS if banded else None)
     values = {**recipe.fixed, **recipe.values}
     # the SFT stage ends where the RL stage would have no time left (the trial is then `stopped`)
     deadline = None if cfg.max_seconds is None else t0 + cfg.max_seconds - ctx.score_s

@@ -237,3 +237,25 @@ def test_a_truncated_pass_rate_table_is_measured_again(tmp_path, monkeypatch):
     assert proc.pass_rate_table("base", tasks, tmp_path) == {"1+1": 0.5} and len(calls) == 1  # a hit
     path.write_text(path.read_text()[:5])
     assert proc.pass_rate_table("base", tasks, tmp_path) == {"1+1": 0.5} and len(calls) == 2
+
+
+def test_a_difficulty_band_draws_from_the_rated_items_round_and_round():
+    """The pass-rate table rates the first RATED_ITEMS of each stream; a recipe with a band reads those,
+    repeated (`Mixture(period=...)`), where it ran past them into unrated items it dropped, and a large
+    generator failed the trial after 256 prompts (review, stop 30)."""
+    from evaluators.sources import Item, SourceSpec, Task
+    from trainers.mixture import Mixture
+    from trainers.processing import RATED_ITEMS
+
+    class Endless(Task):  # a generator with more questions than anyone rates
+        spec = SourceSpec("reasoning_gym", "endless")
+
+        def item(self, idx: int) -> Item:
+            return Item(f"q{idx}", "a", "endless")
+
+    rated = {f"q{i}" for i in range(RATED_ITEMS)}
+    keep = lambda it: it.question in rated  # noqa: E731  (what the band's table knows)
+    with pytest.raises(RuntimeError, match="yields no item"):
+        Mixture({"d": [Endless()]}, seed=0, keep=keep).sample(RATED_ITEMS + 1)
+    drawn = [it.question for _, it in Mixture({"d": [Endless()]}, seed=0, keep=keep, period=RATED_ITEMS).sample(600)]
+    assert set(drawn) == rated and drawn[:RATED_ITEMS] == [f"q{i}" for i in range(RATED_ITEMS)]

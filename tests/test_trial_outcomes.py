@@ -3,6 +3,8 @@ collapsed with the samples it used, loses no other trial, and an SFT → RL reci
 
 from __future__ import annotations
 
+import re
+
 import time
 from pathlib import Path
 
@@ -352,6 +354,34 @@ def test_a_jsonl_source_left_without_questions_names_the_project_file_and_the_be
     r = CliRunner().invoke(app, ["search", str(path), "--runs", str(tmp_path / "runs")])
     assert r.exit_code == 2 and f"error: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
     assert not list((tmp_path / "runs" / ".cache").glob("tiny-*"))  # found before the base model is built
+
+
+def test_a_decontaminated_benchmark_that_uses_up_a_generator_is_a_config_error(tmp_path):
+    """One-digit multiplication has 100 questions; a decontaminated benchmark of 3000 items holds them all, so
+    the generator has nothing left to train on: a one-line config error naming the source and the benchmark,
+    before the base model is built (until stop 30 it was a RuntimeError traceback from the tiny model's
+    pre-training mixture; review)."""
+    from typer.testing import CliRunner
+
+    import sro.executor as ex
+    from sro.cli import app
+    from sro.config import ConfigError
+
+    mult = {"min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": ["*"], "allow_negation": False,
+            "allow_parentheses": False}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "p", "base_model": "tiny", "domains": {"mult": {
+            "sources": [{"reasoning_gym": "basic_arithmetic", "config": mult}],
+            "benchmarks": [{"name": "all", "reasoning_gym": "basic_arithmetic", "config": mult, "size": 3000,
+                            "decontaminate": True}]}}}))
+    needle = (f"{path}: domains.mult.sources[0].reasoning_gym: each of the first {ex.OVERLAP_PROBE} questions of "
+              "basic_arithmetic is a question of the held-out benchmark domains.mult.benchmarks[0]")
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
+    r = CliRunner().invoke(app, ["search", str(path), "--runs", str(tmp_path / "runs")])
+    assert r.exit_code == 2 and f"error: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
+    assert not list((tmp_path / "runs" / ".cache").glob("tiny-*"))
 
 
 @pytest.mark.slow

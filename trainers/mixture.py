@@ -15,7 +15,7 @@ class Mixture:
     def __init__(self, tasks: Mapping[str, Sequence[Task]], weights: Mapping[str, float] | None = None,
                  seed: int = 0, exclude_questions: set[str] | None = None,
                  keep: Callable[[Item], bool] | None = None,
-                 source_weights: Mapping[str, Sequence[float]] | None = None) -> None:
+                 source_weights: Mapping[str, Sequence[float]] | None = None, period: int | None = None) -> None:
         if not tasks or any(len(v) == 0 for v in tasks.values()):
             raise ValueError("every domain of a mixture needs at least one source")
         self.domains = list(tasks)
@@ -36,6 +36,9 @@ class Mixture:
         self.exclude = exclude_questions or set()
         self.keep = keep
         """Optional item filter (the recipe's processing operators, `trainers.processing`)."""
+        self.period = period
+        """Items are read from the first `period` of each stream, round and round (None: the whole stream):
+        what a filter knows about, the difficulty band's rated items (`trainers.processing.RATED_ITEMS`)."""
         self.skipped = 0
         self.filtered = 0
 
@@ -44,7 +47,7 @@ class Mixture:
         for _ in range(10_000):
             idx = self.cursor.get((domain, k), 0)
             self.cursor[(domain, k)] = idx + 1
-            item = task.item(idx)
+            item = task.item(idx % self.period if self.period else idx)
             if normalize(item.question) in self.exclude:
                 self.skipped += 1
             elif self.keep is not None and not self.keep(item):

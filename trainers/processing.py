@@ -35,6 +35,10 @@ PassRates = Mapping[str, float]
 
 DEDUP_PATIENCE = 200
 PREFIX = "proc."
+RATED_ITEMS = 256
+"""Items of each source the pass-rate table rates (the first ones of its stream). A recipe with a difficulty band
+draws from these alone, round and round (`Mixture(period=...)`): past them every item is unrated and dropped, and
+a large generator's stream failed the trial after 256 prompts (10,000 draws without a kept item; review, stop 30)."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +189,7 @@ def item_filter(values: Mapping[str, Any], pass_rates: Callable[[], PassRates] =
 
 # --- the pass-rate table -------------------------------------------------------------------------
 
-def estimate_pass_rates(model, tokenizer, tasks: Sequence[Task], n_items: int = 256, k: int = 4,
+def estimate_pass_rates(model, tokenizer, tasks: Sequence[Task], n_items: int = RATED_ITEMS, k: int = 4,
                         max_new_tokens: int = 8, temperature: float = 1.0, batch_size: int = 64) -> dict[str, float]:
     """Sample `k` completions for each distinct question among the first `n_items` of every task and
     return the fraction the task's verifier scores 1.0, keyed by normalized question."""
@@ -224,7 +228,7 @@ def table_id(base_path: str, tasks: Sequence[Task], *settings: Any) -> str:
     return hashlib.sha256(ident.encode()).hexdigest()[:16]
 
 
-def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path, n_items: int = 256, k: int = 4,
+def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path, n_items: int = RATED_ITEMS, k: int = 4,
                     max_new_tokens: int = 8, device: str = "auto", seed: int = 0) -> dict[str, float]:
     """`estimate_pass_rates` with the base model at `base_path`, cached as JSON under `cache_dir`."""
     import torch
