@@ -308,6 +308,35 @@ def test_redesign_drops_unimportant_dims_narrows_important_ones_and_keeps_fittin
     assert maybe_redesign(project, ledger, out, None, tmp_path / "rd", log=logs.append) is None  # not due again
 
 
+def test_a_log_scale_redesign_keeps_a_pareto_recipe_on_an_edge_and_low_below_high():
+    """A review's cases (stop 30). On a log scale the bounds came back as exp(log(v)), which is not always v:
+    a Pareto lr on the edge fell outside the narrowed range by one rounding step (915 of 2000 random spaces),
+    and an int bound moved by one. Lowering the lr ceiling under a floor that an earlier version's Pareto lr
+    lies below wrote low > high, a space no resume could read."""
+    import random
+
+    from sro.designer.redesign import Evidence
+
+    rng = random.Random(0)
+    for _ in range(300):
+        lo = 10 ** rng.uniform(-7, -4)
+        hi = lo * 10 ** rng.uniform(0.3, 2)
+        edge = rng.choice([lo, hi])
+        new = redesign_rules(RecipeSpace([Param("lr", "float", lo, hi, log=True)], fixed={"algorithm": "grpo"}),
+                             Evidence(10, [{"values": {"lr": edge}, "scores": {}}], {"lr": 0.9}))
+        assert new.param("lr").contains(edge), (lo, hi, edge)
+    for top in (True, False):  # an int on a log scale with the Pareto value at a bound keeps that bound
+        p = Param("steps", "int", 5, 10_000, log=True)
+        v = 10_000 if top else 5
+        q = redesign_rules(RecipeSpace([p]), Evidence(10, [{"values": {"steps": v}, "scores": {}}], {"steps": 0.9})).param("steps")
+        assert (q.high == 10_000) if top else (q.low == 5), (q.low, q.high)
+    old = RecipeSpace([Param("lr", "float", 1e-5, 1e-4, log=True)], fixed={"algorithm": "grpo"}, version=2)
+    new = redesign_rules(old, Evidence(6, [{"values": {"lr": 5e-6}, "scores": {}}], {},
+                                       failures=[{"values": {"lr": 2e-4}, "message": "collapsed"}]))
+    assert new.param("lr").low <= new.param("lr").high
+    RecipeSpace.from_yaml(new.to_yaml())
+
+
 def test_a_redesign_the_search_check_refuses_is_dropped(tmp_path):
     """A redesigned version that the search's check of fixed settings refuses (an LLM fixing group_size: 4.5) is
     logged and dropped: nothing written, the search goes on in the space it had, and it is not retried at

@@ -172,9 +172,16 @@ def _reshape(p: Param, vals: list[float], catalog: Catalog | None) -> tuple[floa
     if u_hi >= hi - EDGE * span and d_hi > hi:
         new_hi = max(new_hi, min(d_hi, hi + WIDEN * span))
         how = "widened above: a Pareto recipe sits at the upper edge"
-    low, high = _from_u(p, new_lo), _from_u(p, new_hi)
-    if p.kind == "int":
-        low, high = int(math.floor(low)), int(math.ceil(high))
+    # back from the unit scale exactly where a bound is a value we know: exp(log(v)) is not always v, and a
+    # Pareto recipe on the edge (or a declared bound) fell outside by one rounding step (review, stop 30)
+    exact = {lo: p.low, hi: p.high, u_lo: min(vals), u_hi: max(vals)}
+    if declared:
+        exact.setdefault(d_lo, declared[0] if d_lo != lo else p.low)
+        exact.setdefault(d_hi, declared[1])
+    low = min(exact[new_lo] if new_lo in exact else _from_u(p, new_lo), min(vals))
+    high = max(exact[new_hi] if new_hi in exact else _from_u(p, new_hi), max(vals))
+    if p.kind == "int":  # a rounding error must not move an int bound by one
+        low, high = int(math.floor(low + 1e-9)), int(math.ceil(high - 1e-9))
     return low, high, how
 
 
@@ -197,7 +204,8 @@ def redesign_rules(space: RecipeSpace, evidence: Evidence, catalog: Catalog | No
             q.rationale = f"{p.rationale} | v{space.version + 1}: {how} (importance {imp:.2f})"
         if p.name == "lr" and evidence.failures and vals:
             bad = [f["values"]["lr"] for f in evidence.failures if "lr" in f["values"]]
-            if bad and min(bad) > max(vals) and q.high > max(vals):  # type: ignore[operator]
+            # not below the floor (a Pareto lr of an earlier version may lie under it): low > high was written
+            if bad and min(bad) > max(vals) and q.high > max(vals) >= q.low:  # type: ignore[operator]
                 q.high = max(vals)
                 q.rationale += f" | v{space.version + 1}: ceiling lowered, {len(bad)} failure(s) above it"
         params.append(q)
@@ -236,13 +244,14 @@ def maybe_redesign(project: ProjectConfig, ledger, space: RecipeSpace, ctx, run_
     evidence = gather_evidence(ledger, records, project.objective_directions())
     new = redesign(space, evidence, build_catalog(project, budget, ctx), project, run_dir, warn=log)
     ledger.put("designed_at_trials", evidence.n_finished)
-    if check is not None:
-        try:
+    try:
+        new = RecipeSpace.from_yaml(new.to_yaml())  # every parameter checked again, as a resume reads it
+        if check is not None:
             check(new)
-        except SpaceError as e:
-            log(f"the redesigned space (version {new.version}) was refused and is not used: {e}; the search goes "
-                f"on in version {space.version}")
-            return None
+    except SpaceError as e:
+        log(f"the redesigned space (version {new.version}) was refused and is not used: {e}; the search goes "
+            f"on in version {space.version}")
+        return None
     path = write_space(run_dir, new)
     kept = sum(fits(new, r.recipe) for r in records if r.state == "complete")
     log(f"redesigned the space ({why}): {path.name} is version {new.version} with {len(new.params)} parameters; "
