@@ -150,13 +150,17 @@ class FakeLLM:
                 if isinstance(step, float):  # a slow endpoint
                     time.sleep(step)
                     step = "{}"
-                out = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
-                                  "choices": [{"index": 0, "finish_reason": "stop",
-                                               "message": {"role": "assistant", "content": step}}],
-                                  "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+                kind = "application/json"
+                if isinstance(step, bytes):  # the whole reply as it is (not a chat completion)
+                    out, kind = step, "text/html" if step.startswith(b"<") else kind
+                else:
+                    out = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
+                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                                   "message": {"role": "assistant", "content": step}}],
+                                      "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
                 try:
                     self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Type", kind)
                     self.send_header("Content-Length", str(len(out)))
                     self.end_headers()
                     self.wfile.write(out)
@@ -242,6 +246,17 @@ def test_llm_unknown_algorithm_or_source_is_rejected(llm, tmp_path, bad, needle)
     with pytest.raises(DesignerFailed, match=needle):
         design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
     assert needle in llm.requests[1]["body"]["messages"][-1]["content"]  # rejected with the reason, then repaired
+
+
+@pytest.mark.parametrize("reply", [b"<html><body>Open WebUI</body></html>", b'{"choices": [{"message": null}]}',
+                                   b'[1, 2]'])
+def test_an_answer_that_is_no_chat_completion_fails_clearly(llm, tmp_path, reply):
+    """A 200 whose body is not a chat completion (a web UI's page on the wrong path, a null message, a list)
+    escaped as an AttributeError and stopped `sro design` and a mid-search redesign; it is a DesignerFailed,
+    so both fall back to the rules (review, stop 30)."""
+    llm.script = [reply]
+    with pytest.raises(DesignerFailed, match="not a chat completion|cannot read"):
+        design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
 
 
 def test_llm_slow_endpoint_times_out_with_a_clear_message(llm, tmp_path):

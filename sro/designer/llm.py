@@ -254,8 +254,14 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
     except openai.APIStatusError as e:
         raise DesignerFailed(f"the endpoint {d.base_url} answered HTTP {e.status_code}: "
                              f"{str(e.message)[:200]}") from None
-    content = resp.choices[0].message.content if resp.choices else None
-    if not content:
+    except openai.OpenAIError as e:  # an answer the client could not read as a completion
+        raise DesignerFailed(f"the endpoint {d.base_url} answered with something the client cannot read: {e}") from None
+    try:  # a 200 that is no chat completion (a web UI's HTML page, a null message) crashed design and redesign
+        content = resp.choices[0].message.content if resp.choices else None
+    except (AttributeError, TypeError, IndexError, KeyError):
+        raise DesignerFailed(f"the endpoint {d.base_url} answered with something that is not a chat completion "
+                             f"({type(resp).__name__}); check designer.base_url (it ends in /v1 for most servers)") from None
+    if not content or not isinstance(content, str):
         raise DesignerFailed(f"the endpoint {d.base_url} answered with no content")
     return content
 
@@ -269,6 +275,8 @@ def _parse(content: str, catalog: Catalog, project: ProjectConfig) -> tuple[Reci
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ValueError(f"the answer is not valid JSON ({e.msg} at line {e.lineno} column {e.colno})") from None
+    except RecursionError:  # nested deeper than the JSON reader goes
+        raise ValueError("the answer is not valid JSON (nested too deeply)") from None
     try:
         answer = SpaceAnswer.model_validate(data)
     except ValidationError as e:
