@@ -258,6 +258,10 @@ def test_a_fixed_setting_refused_only_beside_a_searched_value_is_left_to_the_tri
     _check_fixed(RecipeSpace([Param("mt.history", "int", 0, 2)], fixed={"mt.history": -1}), proj, tmp_path)
     with pytest.raises(SpaceError, match=r"space.yaml: fixed.mt.history must be >= 0 \(got -1\)"):
         _check_fixed(RecipeSpace(list(lr.values()), fixed={"mt.history": -1}), proj, tmp_path)
+    # what the multi-turn trainer does not support, fixed (review, stop 30: it passed, and every trial failed)
+    with pytest.raises(SpaceError, match=r"space.yaml: fixed.dynamic_sampling: the multi-turn trainer plays fresh "
+                                         r"episodes for one pass per iteration and does not support them"):
+        _check_fixed(RecipeSpace(list(lr.values()), fixed={"dynamic_sampling": True}), proj, tmp_path)
     # the space another worker shared in the storage: the run folder may have no space.yaml, and an older one
     # would not replace it, so the error says which space and how to replace it
     shared = RecipeSpace(list(lr.values()), fixed={"steps": 36.5}, version=3)

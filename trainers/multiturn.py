@@ -455,6 +455,15 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
         why = (f"{algorithm} is not declared for multi-turn domains (it applies to {', '.join(sorted(regimes))}); "
                f"use one of {', '.join(n for n in ALGORITHMS.names() if 'multi_turn' in ALGORITHMS.get(n).applies_to)}")
         raise RecipeValueError(("algorithm",), f"algorithm: {why}", f"algorithm {why}")
+    unsupported = [key for key, on in (
+        ("staleness", base.staleness != 0), ("num_iterations", base.num_iterations != 1),
+        ("minibatches", base.minibatches != 1), ("distill.weight", base.distill.weight > 0),
+        ("dynamic_sampling", base.dynamic_sampling)) if on and key in values]
+    if unsupported:  # by their recipe keys, so a space's fixed one is named before anything trains
+        detail = (f"{', '.join(unsupported)}: the multi-turn trainer plays fresh episodes for one pass per iteration "
+                  "and does not support them; leave them at their defaults (staleness 0, num_iterations 1, "
+                  "minibatches 1, distill.weight 0, dynamic_sampling off)")
+        raise RecipeValueError(tuple(unsupported), detail)
     proas = {k[len("proas."):]: v for k, v in values.items() if k.startswith("proas.")}
     known = set(ProASConfig.__dataclass_fields__)
     if set(proas) - known:

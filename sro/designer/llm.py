@@ -191,7 +191,7 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         space = RecipeSpace(params, simplexes, fixed, version=1, designer="llm")
     except SpaceError as e:
         raise ValueError(str(e)) from None
-    _check_trainable(space)
+    _check_trainable(space, project)
     return space, notes
 
 
@@ -216,14 +216,16 @@ def _declared_value(knob: dict[str, Any], v: Any) -> bool:
     return True
 
 
-def _check_trainable(space: RecipeSpace) -> None:
-    """Every recipe of the space must be a valid trainer config (checked on Sobol points)."""
-    from trainers.algorithms import config_for
+def _check_trainable(space: RecipeSpace, project: ProjectConfig) -> None:
+    """Every recipe of the space must be one the project's trainer takes (checked on Sobol points, as a
+    trial checks it: `check_recipe`, the multi-turn trainer's settings too in an agent project, where a
+    searched `staleness` or a fixed `dynamic_sampling: true` used to pass and fail every trial)."""
+    from sro.executor import check_recipe
 
     for values in space.sobol(16, seed=0):
         r = Recipe(values, dict(space.fixed))
         try:
-            config_for(str(r.get("algorithm", "grpo")), {**r.fixed, **r.values})
+            check_recipe(r, project.seed, multi_turn=project.multi_turn)
         except (KeyError, ValueError, TypeError) as e:
             raise ValueError(f"the space yields recipes the trainer rejects: {e}") from None
 
