@@ -112,7 +112,7 @@ def design(
     """Design PROJECT's recipe space and write runs/<name>/space.yaml for review; `sro search` then uses it."""
     from sro.budget import Budget
     from sro.config import load_project
-    from sro.designer.design import design_space
+    from sro.designer.design import design_space, last_version
     from sro.executor import SearchContext
     from sro.search import _written_space
 
@@ -122,7 +122,7 @@ def design(
         _check_runs(runs)
         run_dir = runs / proj.name
         written = _written_space(run_dir)  # a malformed one: a SpaceError naming the file
-        previous = written.version if written else 0
+        previous = last_version(run_dir, written)
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         with console.status("measuring the base model on the sources and designing the space ..."):
             space, path = design_space(proj, run_dir, b, ctx, log=err_console.print, version=previous + 1)

@@ -352,6 +352,19 @@ def test_a_log_scale_redesign_keeps_a_pareto_recipe_on_an_edge_and_low_below_hig
     RecipeSpace.from_yaml(new.to_yaml())
 
 
+def test_a_new_design_takes_a_version_past_every_kept_one(tmp_path):
+    """With space.yaml removed to design afresh, `sro design` took version 1 again and overwrote space.v1.yaml,
+    the space the first trials ran in (review, stop 30): the next version is past every kept one."""
+    from sro.designer.design import last_version, write_space
+
+    assert last_version(tmp_path / "none") == 0
+    for v in (1, 2):
+        write_space(tmp_path, RecipeSpace([Param("lr", "float", 1e-5, 1e-3, log=True)], version=v))
+    (tmp_path / "space.yaml").unlink()
+    (tmp_path / "space.vx.yaml").write_text("not a version")
+    assert last_version(tmp_path) == 2 and last_version(tmp_path, RecipeSpace([], version=5)) == 5
+
+
 def test_a_redesign_the_search_check_refuses_is_dropped(tmp_path):
     """A redesigned version that the search's check of fixed settings refuses (an LLM fixing group_size: 4.5) is
     logged and dropped: nothing written, the search goes on in the space it had, and it is not retried at

@@ -8,6 +8,7 @@ want of a space.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,3 +85,13 @@ def design_space(project: ProjectConfig, run_dir: Path, budget: Budget | None = 
     space = DESIGNERS.get(project.designer.kind)(catalog, project, run_dir, log)
     space.version = version
     return space, write_space(run_dir, space, log)
+
+
+def last_version(run_dir: Path, written: RecipeSpace | None = None) -> int:
+    """The highest version of a space in `run_dir`: the current `space.yaml`'s (`written`) or a kept
+    `space.vN.yaml`'s, 0 for none. A new design takes the next, so it never overwrites a kept version (with
+    space.yaml removed to design afresh, a new v1 overwrote space.v1.yaml, the space the first trials ran
+    in; review, stop 30)."""
+    kept = [int(m.group(1)) for f in Path(run_dir).glob("space.v*.yaml")
+            if (m := re.fullmatch(r"space\.v(\d+)\.yaml", f.name))]
+    return max([written.version if written is not None else 0, *kept])
