@@ -1,4 +1,5 @@
-"""Data sources with their verifiers: reasoning-gym generators and local JSONL question/answer files.
+"""Data sources with their verifiers: reasoning-gym generators, local JSONL question/answer files, and
+datasets read through `datasets` (a hub id, a local parquet/JSON/CSV file or dataset folder).
 
 A `Task` yields `Item`s by index and scores a completion with `Task.score` — the single definition
 of "correct": the trainer's reward and the benchmark's accuracy both call it.
@@ -202,6 +203,79 @@ class JsonlTask(Task):
         return float(got == want or same_number(got, want))
 
 
+DATASET_FILES = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+"""A local data file's suffix → the `datasets` builder that reads it (`dataset:` sources)."""
+DATASET_KEYS = {"split": "train", "name": None, "revision": None, "question": "question", "answer": "answer",
+                "answer_after": None}
+"""A `dataset:` source's `config:` keys and their defaults: the split, the subset (`name`) and `revision` of a hub
+dataset, the question and answer columns, and `answer_after`: the answer is the text after the last occurrence of
+this marker (GSM8K's `#### 72`)."""
+
+
+def _dataset_settings(spec: SourceSpec) -> dict[str, Any]:
+    unknown = sorted(set(spec.config) - set(DATASET_KEYS))
+    if unknown:
+        raise SourceSpecError(f"a dataset source has no config key {unknown[0]!r}; its keys: {', '.join(DATASET_KEYS)}",
+                              f"config.{unknown[0]}")
+    return {**DATASET_KEYS, **spec.config}
+
+
+def load_dataset_rows(spec: SourceSpec) -> list[dict[str, Any]]:
+    """The (question, answer) rows of a `dataset:` source through `datasets.load_dataset`: a local parquet,
+    JSON, JSONL or CSV file (rebuilt from the file each time: `datasets`' cache is keyed on its modification
+    time), or a hub id or a local dataset folder (the hub's own code path, cached by `datasets`; offline, a
+    dataset already in the HF cache loads with HF_DATASETS_OFFLINE=1). Raises `SourceSpecError` naming the fix."""
+    import datasets
+
+    c = _dataset_settings(spec)
+    path = Path(spec.target).expanduser()
+    try:
+        if path.is_file():
+            builder = DATASET_FILES.get(path.suffix.lower())
+            if builder is None:
+                raise SourceSpecError(f"{path.name}: a dataset file must end in {', '.join(DATASET_FILES)}", "dataset")
+            ds = datasets.load_dataset(builder, data_files=str(path), split=c["split"],
+                                       download_mode="force_redownload")
+        else:
+            ds = datasets.load_dataset(spec.target, c["name"], split=c["split"], revision=c["revision"])
+    except SourceSpecError:
+        raise
+    except Exception as e:  # no such hub id, no network, an unknown split or subset
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise SourceSpecError(f"cannot load dataset {spec.target!r} (split {c['split']!r}"
+                              f"{', subset ' + repr(c['name']) if c['name'] else ''}): {first[:300]}", "dataset") from None
+    missing = [c[k] for k in ("question", "answer") if c[k] not in ds.column_names]
+    if missing:
+        raise SourceSpecError(f"dataset {spec.target!r} has no column {missing[0]!r}; its columns: "
+                              f"{', '.join(ds.column_names)} (set config.question and config.answer)", "dataset")
+    rows = []
+    for i, r in enumerate(ds):
+        q, a = r[c["question"]], r[c["answer"]]
+        if c["answer_after"] is not None and isinstance(a, str):
+            if c["answer_after"] not in a:
+                raise SourceSpecError(f"dataset {spec.target!r} row {i}: its answer has no {c['answer_after']!r} "
+                                      "(config.answer_after)", "dataset")
+            a = a.rsplit(c["answer_after"], 1)[1].strip()
+        if not isinstance(q, str) or not q.strip() or a is None or (isinstance(a, str) and not a.strip()):
+            raise SourceSpecError(f"dataset {spec.target!r} row {i}: the question must be non-blank text and the "
+                                  f"answer non-blank (got {q!r}, {a!r})", "dataset")
+        rows.append({"question": q, "answer": a})
+    if not rows:
+        raise SourceSpecError(f"dataset {spec.target!r} split {c['split']!r} is empty", "dataset")
+    return rows
+
+
+class DatasetTask(JsonlTask):
+    """A dataset's (question, answer) rows (`load_dataset_rows`), in a seeded order, graded as a JSONL
+    file's are (its text with its case, or the same number)."""
+
+    def __init__(self, spec: SourceSpec, seed: int) -> None:
+        self.spec = spec
+        self.rows = load_dataset_rows(spec)
+        self.order = list(range(len(self.rows)))
+        random.Random(seed).shuffle(self.order)
+
+
 def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Task:
     """The task of a source. `cache_dir`: where generated artefacts live (textworld games go to
     `cache_dir/textworld`, an adapter's walks to `cache_dir/env`; default `$SRO_CACHE_DIR`, else `runs/.cache`)."""
@@ -209,6 +283,8 @@ def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Tas
         return ReasoningGymTask(spec, seed)
     if spec.kind == "jsonl":
         return JsonlTask(spec, seed)
+    if spec.kind == "dataset":
+        return DatasetTask(spec, seed)
     if spec.kind == "textworld":
         from evaluators.textworld_env import TextWorldTask  # lazy: textworld is heavy to import
 
@@ -218,7 +294,7 @@ def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Tas
 
         return EnvTask(spec, seed, Path(cache_dir) / "env" if cache_dir is not None else None)
     raise SourceSpecError(
-        f"{spec.kind} sources are not available in this version; use reasoning_gym, jsonl, textworld or env",
+        f"{spec.kind} sources are not available in this version; use reasoning_gym, jsonl, dataset, textworld or env",
         spec.kind)
 
 
@@ -291,6 +367,8 @@ def check_source_spec(spec: SourceSpec) -> None:
         _check_reasoning_gym(spec)
     elif spec.kind == "jsonl":
         _check_jsonl(spec)
+    elif spec.kind == "dataset":
+        load_dataset_rows(spec)
     elif spec.kind == "textworld":
         from evaluators.textworld_env import check_textworld
 

@@ -36,15 +36,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-SOURCE_KINDS = ("reasoning_gym", "jsonl", "textworld", "env")
+SOURCE_KINDS = ("reasoning_gym", "jsonl", "dataset", "textworld", "env")
 """A source entry's kind keys (`evaluators.sources.make_task`); textworld and env are multi-turn."""
 
 
 class SourceConfig(_Strict):
-    """One training data source: exactly one of `reasoning_gym`, `jsonl`, `textworld` or `env`."""
+    """One training data source: exactly one of `reasoning_gym`, `jsonl`, `dataset`, `textworld` or `env`."""
 
     reasoning_gym: str | None = Field(None, description="reasoning-gym generator name")
     jsonl: str | None = Field(None, description="local JSONL file with `question` and `answer` fields")
+    dataset: str | None = Field(None, description="a dataset read through `datasets`: an HF hub id (openai/gsm8k) "
+                                "or a local parquet, JSON, JSONL or CSV file or dataset folder; config: split, name "
+                                "(subset), revision, question and answer (columns), answer_after (e.g. '####')")
     textworld: str | None = Field(None, description="TextWorld game family (coin_collector, ...)")
     env: str | None = Field(None, description="a multi-turn environment an adapter registered (`plugins:`)")
     config: dict[str, Any] = Field(default_factory=dict, description="generator configuration")
@@ -72,6 +75,8 @@ class SourceConfig(_Strict):
         target = self.target
         if self.kind == "jsonl" and base_dir is not None and not os.path.isabs(target):
             target = str((base_dir / target).resolve())
+        if self.kind == "dataset" and base_dir is not None and not os.path.isabs(target) and (base_dir / target).exists():
+            target = str((base_dir / target).resolve())  # a local file or folder; a hub id otherwise
         return SourceSpec(kind=self.kind, target=target, config=dict(self.config))
 
 
@@ -345,8 +350,8 @@ class ProjectConfig(_Strict):
         for dname, dom in self.domains.items():
             for group in ("sources", "benchmarks"):
                 for item, src in zip(data["domains"][dname][group], getattr(dom, group)):
-                    if src.kind == "jsonl":
-                        item["jsonl"] = src.spec(self.base_dir).target
+                    if src.kind in ("jsonl", "dataset"):
+                        item[src.kind] = src.spec(self.base_dir).target
         return data
 
 

@@ -130,7 +130,7 @@ class SearchContext:
         # that is both a source and a benchmark is split: the benchmark's rows held out, the rest trained on)
         held = {f"domains.{d}.benchmarks[{j}]": benchmarks[f"{d}/{b.name}"].questions()  # by its key in the file
                 for d, dom in project.domains.items() for j, b in enumerate(dom.benchmarks)
-                if b.decontaminate or b.kind == "jsonl"}
+                if b.decontaminate or b.kind in ("jsonl", "dataset")}
         exclude = set().union(*held.values())
         _check_sources_left(project, tasks, exclude, held)
         overlap = held_out_overlap(benchmarks, tasks, exclude)

@@ -150,10 +150,11 @@ def scored_on(project: ProjectConfig) -> dict[str, Any]:
     data = project.portable_dump(unset=True)  # every key, set or not: only a version of SRO adds or drops one
 
     def entry(item: dict[str, Any]) -> dict[str, Any]:
-        if item.get("jsonl"):
-            path = Path(item["jsonl"])
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "missing"
-            item = {**item, "jsonl": f"{path.name} (sha256 {digest})"}
+        for kind in ("jsonl", "dataset"):  # a local file by its contents (a hub id stays as it is)
+            path = Path(item[kind]) if item.get(kind) else None
+            if path is not None and (kind == "jsonl" or path.is_file()):
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path.is_file() else "missing"
+                item = {**item, kind: f"{path.name} (sha256 {digest})"}
         return item
 
     domains = {name: {"sources": [entry(s) for s in dom["sources"]],

@@ -146,6 +146,45 @@ def test_a_jsonl_file_rewritten_in_the_same_second_is_read_anew(tmp_path):
         assert make_task(SourceSpec("jsonl", str(p)), seed=0).item(0).answer == answer
 
 
+def test_a_dataset_source_reads_local_files_and_a_dataset_folder_through_datasets(tmp_path):
+    """`dataset:` sources (stop 30): a local parquet or CSV file, and a dataset folder, which `datasets`
+    loads by the code path of a hub id (`load_dataset(id, name, split=...)`; no hub is reachable here). Columns
+    are named by config.question / config.answer, GSM8K's `#### 72` answers are read by config.answer_after,
+    and a rewritten file is read anew; bad settings are one-line errors."""
+    import datasets
+
+    from evaluators.sources import SourceSpecError, check_source_spec
+
+    rows = {"problem": [f"What is {i} + {i}?" for i in range(12)],
+            "solution": [f"Add them. #### {2 * i}" for i in range(12)]}
+    pq = tmp_path / "train.parquet"
+    datasets.Dataset.from_dict(rows).to_parquet(str(pq))
+    cfg = {"question": "problem", "answer": "solution", "answer_after": "####"}
+    t = make_task(SourceSpec("dataset", str(pq), cfg), seed=0)
+    assert t.n_items == 12 and sorted(it.answer for it in t.items(12)) == sorted(str(2 * i) for i in range(12))
+    item = next(it for it in t.items(12) if it.question == "What is 5 + 5?")
+    assert t.score(item, "10") == 1.0 and t.score(item, "11") == 0.0 and t.score(item, "Add them. #### 10") == 0.0
+    csv = tmp_path / "qa.csv"
+    csv.write_text("question,answer\nCapital of France?,Paris\n")
+    assert make_task(SourceSpec("dataset", str(csv)), seed=0).item(0).answer == "Paris"
+    csv.write_text("question,answer\nCapital of Italy?,Rome\n")  # rewritten: read anew
+    assert make_task(SourceSpec("dataset", str(csv)), seed=0).item(0).answer == "Rome"
+    folder = tmp_path / "gsm_like" / "data"  # laid out as a hub repository's parquet files
+    folder.mkdir(parents=True)
+    for split, n in (("train", 12), ("test", 3)):
+        datasets.Dataset.from_dict({k: v[:n] for k, v in rows.items()}).to_parquet(
+            str(folder / f"{split}-00000-of-00001.parquet"))
+    test = make_task(SourceSpec("dataset", str(folder.parent), {**cfg, "split": "test"}), seed=0)
+    assert test.n_items == 3
+    for spec, needle in ((SourceSpec("dataset", str(pq)), "has no column 'question'; its columns: problem, solution"),
+                         (SourceSpec("dataset", str(pq), {**cfg, "split": "nope"}), "cannot load dataset"),
+                         (SourceSpec("dataset", str(pq), {**cfg, "colum": "x"}), "has no config key 'colum'"),
+                         (SourceSpec("dataset", str(pq), {**cfg, "answer_after": "@@"}), "row 0: its answer has no '@@'"),
+                         (SourceSpec("dataset", str(tmp_path / "x.txt")), "cannot load dataset")):
+        with pytest.raises(SourceSpecError, match=re.escape(needle)):
+            check_source_spec(spec)
+
+
 def test_a_multi_line_reference_answer_is_read_over_as_many_lines():
     """reasoning-gym generators whose answer is a grid or a board (rotate_matrix, sudoku, n_queens, ...):
     the completion is read over as many lines as the reference answer has. Before stop 23 only its

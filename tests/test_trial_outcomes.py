@@ -325,6 +325,35 @@ def test_a_jsonl_file_that_is_source_and_benchmark_is_split_not_trained_on(micro
         ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
 
 
+def test_a_dataset_file_is_a_source_and_a_benchmark_whose_rows_never_train(micro_project, tmp_path):
+    """A `dataset:` parquet file as a domain's source and its benchmark (stop 30): the project loads with the
+    path relative to its folder, the benchmark's rows are held out of training as a jsonl benchmark's are,
+    and the study's `scored_on` names the file by its contents."""
+    import datasets
+
+    import sro.executor as ex
+    from evaluators.sources import normalize
+    from sro.ledger import scored_on
+    from trainers.mixture import Mixture
+
+    datasets.Dataset.from_dict({"q": [f"{i} plus {i}?" for i in range(40)],
+                                "a": [str(2 * i) for i in range(40)]}).to_parquet(str(tmp_path / "qa.parquet"))
+    path = micro_project("ds")
+    data = yaml.safe_load(path.read_text())
+    dom = data["domains"]["arithmetic"]
+    dom["sources"] = [{"dataset": "qa.parquet", "config": {"question": "q", "answer": "a"}}]
+    dom["benchmarks"] = [{"name": "add", "dataset": "qa.parquet", "config": {"question": "q", "answer": "a"}, "size": 10}]
+    path.write_text(yaml.safe_dump(data))
+    project = load_project(path)
+    assert project.domains["arithmetic"].sources[0].spec(project.base_dir).target == str(tmp_path / "qa.parquet")
+    ctx = ex.SearchContext.prepare(project, tmp_path / "cache", log=lambda s: None)
+    held = ctx.benchmarks["arithmetic/add"].questions()
+    drawn = {normalize(it.question) for _, it in Mixture(ctx.tasks, seed=0, exclude_questions=ctx.exclude).sample(200)}
+    assert len(held) == 10 and len(drawn) == 30 and not drawn & held
+    entry = scored_on(project)["domains"]["arithmetic"]["sources"][0]
+    assert entry["dataset"].startswith("qa.parquet (sha256 ")
+
+
 def test_a_jsonl_source_left_without_questions_names_the_project_file_and_the_benchmark(tmp_path):
     """The split's error named the key path alone ('domains.arithmetic.sources[0] (jsonl:...): ...'), where
     every other config error names the project file first; it names the file, the source's key and the
