@@ -357,7 +357,10 @@ def recipe_keys(project: ProjectConfig) -> set[str]:
     `mix.<domain>` and `src.<domain>.<i>`. Anything else in a recipe would be ignored."""
     mixture = {MIX_PREFIX + d for d in project.domains}
     mixture |= {f"{SOURCE_PREFIX}{d}.{i}" for d, dom in project.domains.items() for i in range(len(dom.sources))}
-    knobs = {k.name for reg in (STAGES, OPERATORS) for n in reg.names() for k in reg.get(n).knobs}
+    # the multi-turn trainer runs no pre-RL stage and no item filter (its sources are games): an agent
+    # project's sft.* and proc.* were ignored
+    regs = () if project.multi_turn else (STAGES, OPERATORS)
+    knobs = {k.name for reg in regs for n in reg.names() for k in reg.get(n).knobs}
     return (trainer_keys() | knobs | mixture | {f"mt.{k}" for k in MT_SETTINGS}
             | {"algorithm", "seed", "eps"})
 

@@ -218,6 +218,23 @@ def test_llm_valid_answer_becomes_a_space_clamped_to_the_catalog(llm, tmp_path):
     _every_recipe_trains(space)
 
 
+def test_the_catalog_declares_the_sft_stage_where_the_trainer_runs_it(llm, tmp_path):
+    """The SFT stage's knobs are in a single-turn project's catalog, so the LLM designer may search them (its
+    review dropped `sft.steps` as undeclared until stop 30, though every trial reads it), and clamped to their
+    declared range; a multi-turn project's trainer runs no SFT stage and no item filter, so there `sft.*` and
+    `proc.*` are keys no part of a trial reads."""
+    from sro.executor import recipe_keys
+
+    answer = {**GOOD, "params": [*GOOD["params"], {"name": "sft.steps", "kind": "int", "low": 0, "high": 900,
+                                                    "why": "warm start the format"}]}
+    llm.script = [json.dumps(answer)]
+    space = design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
+    assert space.param("sft.steps").high == 200  # the stage's declared range
+    assert {"sft.steps", "proc.dedup"} <= recipe_keys(_math_project())
+    agent = load_project(ROOT / "search_spaces" / "agent.yaml", trains=False)
+    assert not {"sft.steps", "proc.dedup"} & recipe_keys(agent) and not build_catalog(agent).stages
+
+
 def test_llm_malformed_json_is_repaired_once(llm, tmp_path):
     llm.script = ["{not json", json.dumps(GOOD)]
     space = design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")

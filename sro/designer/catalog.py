@@ -23,6 +23,7 @@ from evaluators.sources import MULTI_TURN_KINDS, QUESTION_KEY_VERSION, Task, der
 from sro.budget import Budget
 from sro.config import ProjectConfig
 from trainers.algorithms import catalog as algorithm_catalog
+from trainers.algorithms import stages
 from trainers.models import model_fingerprint
 from trainers.processing import OPERATORS
 
@@ -45,6 +46,10 @@ class Catalog:
     hardware: dict[str, Any]
     budget: dict[str, Any]
     notes: list[str] = field(default_factory=list)
+    stages: list[dict[str, Any]] = field(default_factory=list)
+    """The pre-RL stages (`trainers.algorithms.stages()`: SFT) with their knobs; none in a multi-turn project,
+    whose trainer runs none (until stop 30 the catalog left them out, and the LLM designer's review dropped
+    any `sft.*` it proposed)."""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -217,4 +222,5 @@ def build_catalog(project: ProjectConfig, budget: Budget | None = None, ctx=None
                    algorithm_catalog(), model, hardware,
                    {"text": budget.text or str(budget), "wall_s": budget.wall_s, "trials": budget.trials,
                     "gpu_h": budget.gpu_h, "tokens": budget.tokens,
-                    "max_new_tokens": project.runtime.max_new_tokens}, notes)
+                    "max_new_tokens": project.runtime.max_new_tokens}, notes,
+                   [] if project.multi_turn else stages())

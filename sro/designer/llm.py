@@ -83,7 +83,7 @@ def _known(catalog: Catalog) -> dict[str, dict[str, Any]]:
         for k in a["knobs"]:
             if k["name"] in fields:
                 out.setdefault(k["name"], k)
-    for op in catalog.operators:
+    for op in (*catalog.operators, *catalog.stages):
         for k in op["knobs"]:
             out.setdefault(k["name"], k)
     return out

@@ -145,7 +145,7 @@ def _from_u(p: Param, u: float) -> float:
 def _declared(catalog: Catalog | None, name: str) -> tuple[float, float] | None:
     if catalog is None:
         return None
-    for group in (catalog.algorithms, catalog.operators):
+    for group in (catalog.algorithms, catalog.operators, catalog.stages):
         for a in group:
             for k in a["knobs"]:
                 if k["name"] == name and k.get("low") is not None and k.get("high") is not None:
