@@ -235,6 +235,36 @@ def test_the_catalog_declares_the_sft_stage_where_the_trainer_runs_it(llm, tmp_p
     assert not {"sft.steps", "proc.dedup"} & recipe_keys(agent) and not build_catalog(agent).stages
 
 
+def test_the_review_settles_conditions_and_refuses_a_key_both_searched_and_fixed():
+    """A review's cases (stop 30): the child of a parameter dropped for its condition is dropped too (it kept
+    naming its dropped parent, and the whole answer was refused for it); a condition on values its parent
+    cannot take is never active, so that parameter is dropped; a key both searched and fixed is refused
+    (the searched value won silently)."""
+    from sro.designer.llm import SpaceAnswer, review
+
+    project = _math_project()
+    catalog = build_catalog(project)
+    lr = {"name": "lr", "kind": "float", "low": 1e-5, "high": 1e-3, "log": True, "why": "x"}
+    mix = {"name": "mixture", "members": ["mix.arithmetic", "mix.multiplication"], "why": "x"}
+
+    def check(params, fixed=None):
+        return review(SpaceAnswer.model_validate({"params": params, "simplexes": [mix], "fixed": fixed or {}}),
+                      catalog, project)
+
+    space, notes = check([lr, {"name": "batch_multiplier", "kind": "int", "low": 1, "high": 4, "why": "x",
+                               "when": {"algorithm": ["proximal_kl"]}},
+                          {"name": "batch_switch_at", "kind": "float", "low": 0.2, "high": 0.8, "why": "x",
+                           "when": {"batch_multiplier": [2, 3, 4]}}], {"algorithm": "grpo"})
+    assert [p.name for p in space.params] == ["lr"]
+    assert notes[-1] == "dropped 'batch_switch_at': its parent 'batch_multiplier' was dropped"
+    space, notes = check([{"name": "algorithm", "kind": "categorical", "choices": ["grpo", "dapo"], "why": "x"}, lr,
+                          {"name": "eps_high", "kind": "float", "low": 0.2, "high": 0.3, "why": "x",
+                           "when": {"algorithm": ["cispo", "dapo"]}}])
+    assert space.param("eps_high").condition == {"algorithm": ["dapo"]}  # cispo cannot be chosen here
+    with pytest.raises(ValueError, match="lr: both searched .params. and fixed; keep one of the two"):
+        check([lr], {"lr": 5e-5})
+
+
 def test_llm_malformed_json_is_repaired_once(llm, tmp_path):
     llm.script = ["{not json", json.dumps(GOOD)]
     space = design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")

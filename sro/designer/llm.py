@@ -151,24 +151,10 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
             fixed[key] = v
         else:
             notes.append(f"dropped fixed {key!r}: not a catalog parameter")
-    names = {p.name for p in params}
-    kept_params = []
-    for p in params:  # a condition on a dropped parent would never hold; one on a fixed parent is decided now
-        for parent in sorted(set(p.condition or {}) - names):
-            if parent in fixed and p.condition is not None:
-                if fixed[parent] not in p.condition[parent]:
-                    notes.append(f"dropped {p.name!r}: its condition needs {parent} in {p.condition[parent]}, "
-                                 f"which the space fixes at {fixed[parent]!r}")
-                    p = None  # type: ignore[assignment]
-                    break
-                del p.condition[parent]  # always true
-            elif p.condition is not None:
-                notes.append(f"{p.name}: dropped its condition on unknown parent {parent!r}")
-                del p.condition[parent]
-        if p is not None:
-            p.condition = p.condition or None
-            kept_params.append(p)
-    params = kept_params
+    both = sorted({p.name for p in params} & set(fixed))
+    if both:  # the searched value won silently
+        raise ValueError(f"{', '.join(both)}: both searched (params) and fixed; keep one of the two")
+    params = _settle_conditions(params, fixed, notes)
     members_ok = {MIX_PREFIX + d for d in project.domains} | {
         f"{SOURCE_PREFIX}{d}.{i}" for d, dom in project.domains.items() for i in range(len(dom.sources))}
     simplexes = []
@@ -185,7 +171,7 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         simplexes.append(Simplex(sa.name, list(sa.members), sa.why))
     fixed["max_new_tokens"] = project.runtime.max_new_tokens
     fixed.update(project_fixed(project))  # in every LLM space, designed or redesigned
-    if "algorithm" not in names:
+    if "algorithm" not in {p.name for p in params}:
         fixed.setdefault("algorithm", "grpo")
     try:
         space = RecipeSpace(params, simplexes, fixed, version=1, designer="llm")
@@ -193,6 +179,52 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         raise ValueError(str(e)) from None
     _check_trainable(space, project)
     return space, notes
+
+
+def _settle_conditions(params: list[Param], fixed: dict[str, Any], notes: list[str]) -> list[Param]:
+    """The parameters whose conditions can hold, until nothing changes: a condition on a fixed parent is
+    decided now (the parameter dropped, or the condition removed as always true); one on a parameter the
+    review dropped for another reason is removed; values a searched parent cannot take are left out of a
+    condition, and a parameter none of whose values it can take is dropped; so is the child of a dropped
+    one (until stop 30 the child kept naming its dropped parent, and the answer was refused for it)."""
+    names, dropped = {p.name for p in params}, set()
+    choices = {p.name: (list(p.choices) if p.choices is not None else [False, True] if p.kind == "bool" else None)
+               for p in params}
+    while True:
+        kept: list[Param] = []
+        for p in params:
+            why = None
+            for parent in sorted(p.condition or {}):
+                want = p.condition[parent]  # type: ignore[index]
+                if parent in names:
+                    can = choices.get(parent)
+                    if can is not None:
+                        inside = [v for v in want if any(v == c and type(v) is type(c) for c in can)]
+                        if not inside:
+                            why = f"its condition needs {parent} in {want}, which {parent} cannot take ({can})"
+                            break
+                        p.condition[parent] = inside  # type: ignore[index]
+                elif parent in dropped:
+                    why = f"its parent {parent!r} was dropped"
+                    break
+                elif parent in fixed:
+                    if fixed[parent] not in want:
+                        why = f"its condition needs {parent} in {want}, which the space fixes at {fixed[parent]!r}"
+                        break
+                    del p.condition[parent]  # type: ignore[union-attr]  # always true
+                else:
+                    notes.append(f"{p.name}: dropped its condition on unknown parent {parent!r}")
+                    del p.condition[parent]  # type: ignore[union-attr]
+            if why is not None:
+                notes.append(f"dropped {p.name!r}: {why}")
+                names.discard(p.name)
+                dropped.add(p.name)
+                continue
+            p.condition = p.condition or None
+            kept.append(p)
+        if len(kept) == len(params):
+            return kept
+        params = kept
 
 
 def _hashable(v: Any) -> bool:
@@ -327,6 +359,8 @@ def design_llm(catalog: Catalog, project: ProjectConfig, audit_dir: Path, space:
                               "one corrected JSON object only."}]
                 continue
             log["rounds"][-1]["notes"] = notes
+            if space is not None:  # the audit copy says the version it becomes (it said 1 until stop 30)
+                designed.version = space.version + 1
             (audit_dir / f"{tag}space.yaml").write_text(designed.to_yaml())
             return designed
         raise DesignerFailed("no answer")  # pragma: no cover  (the loop returns or raises)
