@@ -263,6 +263,15 @@ def test_the_review_settles_conditions_and_refuses_a_key_both_searched_and_fixed
     assert space.param("eps_high").condition == {"algorithm": ["dapo"]}  # cispo cannot be chosen here
     with pytest.raises(ValueError, match="lr: both searched .params. and fixed; keep one of the two"):
         check([lr], {"lr": 5e-5})
+    # an algorithm's knob only where the space's algorithms read it
+    space, notes = check([lr, {"name": "prox.beta_p", "kind": "float", "low": 0.5, "high": 2, "why": "x"}],
+                         {"algorithm": "dr_grpo", "scale_rewards": "batch"})
+    assert [p.name for p in space.params] == ["lr"] and "scale_rewards" not in space.fixed
+    assert "dropped 'prox.beta_p': none of the space's algorithms (dr_grpo) reads it" in notes
+    assert "dropped fixed 'scale_rewards': dr_grpo pins it at 'none'" in notes
+    space, _ = check([{"name": "algorithm", "kind": "categorical", "choices": ["grpo", "proximal_kl"], "why": "x"}, lr,
+                      {"name": "prox.beta_p", "kind": "float", "low": 0.5, "high": 2, "why": "x"}])
+    assert space.param("prox.beta_p").condition == {"algorithm": ["proximal_kl"]}
 
 
 def test_llm_malformed_json_is_repaired_once(llm, tmp_path):

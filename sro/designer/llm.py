@@ -151,6 +151,7 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
             fixed[key] = v
         else:
             notes.append(f"dropped fixed {key!r}: not a catalog parameter")
+    params, fixed = _only_what_the_algorithms_read(params, fixed, catalog, notes)
     both = sorted({p.name for p in params} & set(fixed))
     if both:  # the searched value won silently
         raise ValueError(f"{', '.join(both)}: both searched (params) and fixed; keep one of the two")
@@ -179,6 +180,48 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         raise ValueError(str(e)) from None
     _check_trainable(space, project)
     return space, notes
+
+
+def _only_what_the_algorithms_read(params: list[Param], fixed: dict[str, Any], catalog: Catalog,
+                                   notes: list[str]) -> tuple[list[Param], dict[str, Any]]:
+    """An algorithm's knob where the space's algorithms (the searched choices, or the fixed one) read it: a
+    searched knob that none of them declares is dropped, one that some declare is searched only under those
+    (a condition on `algorithm`); a fixed knob none declares is dropped, and so is a fixed setting the fixed
+    algorithm pins (dr_grpo's scale_rewards). Until stop 30 `prox.beta_p` searched beside grpo was a dimension
+    that changed nothing, and a fixed `scale_rewards: batch` under dr_grpo was silently overridden."""
+    searched = next((p for p in params if p.name == "algorithm"), None)
+    selectable = set(searched.choices or []) if searched is not None else {fixed.get("algorithm", "grpo")}
+    readers: dict[str, set[str]] = {}
+    for a in catalog.algorithms:
+        for k in a["knobs"]:
+            readers.setdefault(k["name"], set()).add(a["name"])
+    shared = {k["name"] for group in (catalog.operators, catalog.stages) for op in group for k in op["knobs"]}
+    out = []
+    for p in params:
+        who = readers.get(p.name, set()) & selectable
+        if (p.name == "algorithm" or p.name not in readers or p.name in shared or who == selectable
+                or "algorithm" in (p.condition or {})):  # a condition on the algorithm: `_settle_conditions`
+            out.append(p)
+        elif not who:
+            notes.append(f"dropped {p.name!r}: none of the space's algorithms ({', '.join(sorted(selectable))}) reads it")
+        else:
+            p.condition = {**(p.condition or {}), "algorithm": sorted(who)}
+            notes.append(f"{p.name}: searched only where algorithm is {', '.join(sorted(who))}, which read it")
+            out.append(p)
+    pins = {}
+    if searched is None:
+        algo = next((a for a in catalog.algorithms if a["name"] == fixed.get("algorithm", "grpo")), None)
+        if algo is not None:
+            pins = {k: v for k, v in algo["fixed"].items() if k not in {x["name"] for x in algo["knobs"]}}
+    kept = {}
+    for key, v in fixed.items():
+        if key in pins:
+            notes.append(f"dropped fixed {key!r}: {fixed.get('algorithm', 'grpo')} pins it at {pins[key]!r}")
+        elif key in readers and key not in shared and not readers[key] & selectable:
+            notes.append(f"dropped fixed {key!r}: none of the space's algorithms ({', '.join(sorted(selectable))}) reads it")
+        else:
+            kept[key] = v
+    return out, kept
 
 
 def _settle_conditions(params: list[Param], fixed: dict[str, Any], notes: list[str]) -> list[Param]:
