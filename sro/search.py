@@ -419,11 +419,14 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     shared = ledger.shared_space()
     at_hand = shared if shared is not None and (written is None or shared.version > written.version) else written
     if at_hand is not None:
-        if at_hand is shared:  # copied first, so the error's "mend it there" has the file to mend (a joining
-            from sro.designer.design import write_space  # worker's folder had none until `load_space`)
+        try:
+            _check_fixed(at_hand, project, run_dir, shared=at_hand is shared)
+        except SpaceError:
+            if at_hand is shared:  # copied, so the error's "mend its copy" has the file to mend (a joining
+                from sro.designer.design import write_space  # worker's folder had none until `load_space`)
 
-            write_space(run_dir, shared)
-        _check_fixed(at_hand, project, run_dir, shared=at_hand is shared)
+                write_space(run_dir, shared)
+            raise
     if project.start_recipes and not history and shared is None and written is not None:
         _start_recipes(project, written, run_dir, history, console.print, notes=False)  # noted below
 
