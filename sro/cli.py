@@ -69,7 +69,7 @@ def search(
 
     try:
         proj = load_project(project)
-        b = Budget.parse(budget or proj.budget)  # bad input fails before the seconds of importing the search
+        b = Budget.parse(budget if budget is not None else proj.budget)  # bad input fails before the seconds of importing the search
         from sro.proposers import PROPOSERS
         from sro.search import on_sigterm, run_search
 
@@ -118,7 +118,7 @@ def design(
 
     try:
         proj = load_project(project, trains=False)  # designing trains nothing: a GPU project designs on a laptop
-        b = Budget.parse(budget or proj.budget)
+        b = Budget.parse(budget if budget is not None else proj.budget)
         _check_runs(runs)
         run_dir = runs / proj.name
         written = _written_space(run_dir)  # a malformed one: a SpaceError naming the file
@@ -222,7 +222,9 @@ def export(
     if not match:
         _fail(f"{run_dir} has no trial {trial}; trials: {', '.join(str(r.number) for r in records) or 'none'}")
     r = match[0]
-    doc = {"project": data, "recipe": r.recipe.to_dict(), "scores": r.scores, "trial": r.number}
+    doc = {"project": data, "recipe": r.recipe.to_dict(), "scores": r.scores, "trial": r.number, "state": r.state}
+    if r.state != "complete":  # its scores are a partial training's, or none (a pruned, stopped or failed trial)
+        doc["message"] = (r.message or "").splitlines()[0] if r.message else r.state
     text = yaml.safe_dump(doc, sort_keys=False)
     if out:
         try:

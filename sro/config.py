@@ -424,8 +424,9 @@ def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str,
         raise ConfigError(f"{where}: malformed YAML ({str(e).splitlines()[0]}); fix the syntax") from None
     if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
         raise ConfigError(f"{where}: not a recipe file (it needs `project:` and `recipe:`); {how}")
-    if not isinstance(doc["recipe"], dict) or not isinstance(doc["recipe"].get("values") or {}, dict):
-        raise ConfigError(f"{where}: recipe: must be a mapping with `values:` (and `fixed:`), "
+    if not isinstance(doc["recipe"], dict) or any(not isinstance(doc["recipe"].get(k) or {}, dict)
+                                                  for k in ("values", "fixed")):  # a list under fixed: was a traceback
+        raise ConfigError(f"{where}: recipe: must be a mapping with `values:` (and `fixed:`), each a mapping, "
                           "as `sro export` writes it")
     return doc
 

@@ -3,7 +3,6 @@ and the trial table — one self-contained file (plotly.js inlined) that opens o
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,13 +11,14 @@ import numpy as np
 import plotly.graph_objects as go
 import yaml
 from jinja2 import Template
+from markupsafe import Markup
 
 from evaluators.files import write_whole
 from sro.ledger import TrialRecord
 from sro.pareto import front_numbers
 from sro.pruning import saved_budget
 
-_PAGE = Template("""<!doctype html>
+_PAGE = Template(autoescape=True, source="""<!doctype html>
 <html><head><meta charset="utf-8"><title>SRO report: {{ name }}</title>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
@@ -39,6 +39,8 @@ beats the base model on every benchmark.</p>
 {% for row, cls in rows %}<tr class="{{ cls }}">{% for c in row %}<td{% if loop.index > 3 and c is string %} class="l"{% endif %}>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
 </body></html>""")
+"""Autoescaped (a base model id or a categorical value from an edited space.yaml reached the page as HTML until
+stop 30); the plotly divs go in as `Markup`."""
 
 
 def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
@@ -102,7 +104,11 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
         fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order],
                                  mode="lines+markers" if drawn_is_all else "markers",
                                  name="Pareto front" if drawn_is_all else "Pareto front (all objectives)",
-                                 line=dict(color="#2a7", width=2, shape="hv"),
+                                 # the corners the front attains: up or down first where x is maximized,
+                                 # across first where it is minimized ("hv" everywhere drew corners no
+                                 # trial reaches, better than every trial; review, stop 30)
+                                 line=dict(color="#2a7", width=2,
+                                           shape="vh" if dict(objectives).get(x_key, "max") == "max" else "hv"),
                                  marker=dict(size=19, symbol="circle-open", color="#2a7", line=dict(width=2))))
     if x_key in base and (y_key in base or y_key == "cost"):
         fig.add_trace(go.Scatter(x=[base[x_key]], y=[base.get(y_key, 0.0)], mode="markers+text", name="base model",
@@ -151,7 +157,7 @@ def write_report(run_dir: str | Path) -> Path:
     header = ["trial", "state", "✔"] + score_keys + ["cost s", "samples"] + params
     rows = []
     for r in records:
-        row = [r.number, r.state if r.state != "failed" else f"failed: {html.escape(r.message.splitlines()[0][:60]) if r.message else ''}",
+        row = [r.number, r.state if r.state != "failed" else f"failed: {r.message.splitlines()[0][:60] if r.message else ''}",
                "✔" if r.beats(base, info["lower"]) else ""]
         row += [_fmt(r.scores.get(k)) if k in r.scores else "" for k in score_keys]
         row += [_fmt(r.cost.get("wall_s", 0.0)), int(r.cost.get("samples", 0))]
@@ -180,7 +186,7 @@ def write_report(run_dir: str | Path) -> Path:
         base_line="  ·  ".join(f"{k}: {v:.3f}" for k, v in base.items()) or "(not scored yet)",
         overlap_line="; ".join(f"{k}: {v:.0%} of questions also occur in training (other seeds)"
                                for k, v in info["overlap"].items() if v > 0),
-        front_div=front_div, curve_div=curve_div, hv_div=hv_div, hv_note=hv_note,
+        front_div=Markup(front_div), curve_div=Markup(curve_div), hv_div=Markup(hv_div), hv_note=hv_note,
         pruning_line=(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "
                       f"steps (~{saved['seconds']:.0f} s)" if saved["trials"] else ""), header=header, rows=rows)
     out = run_dir / "report.html"
@@ -202,7 +208,7 @@ def sparkline(values: Sequence[float]) -> str:
     if not values:
         return ""
     step = max(1, -(-len(values) // 60))
-    vals = list(values)[::step]
-    hi = max(vals)
+    vals = [values[i] for i in sorted({*range(0, len(values), step), len(values) - 1})]  # the latest always
+    hi = max(values)  # over the whole series (the latest was dropped past 60 values: review, stop 30)
     bars = "▁▂▃▄▅▆▇█"
     return "".join(bars[min(7, int(7 * v / hi))] if hi > 0 else bars[0] for v in vals)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import subprocess
@@ -92,7 +93,7 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     r = run_here("show", str(runs / "micro"))
     assert r.exit_code == 0 and "base" in r.stdout and "front (*): trials" in r.stdout
     r = run_here("export", str(runs / "micro"), "--trial", "0")
-    assert r.exit_code == 0 and "recipe:" in r.stdout
+    assert r.exit_code == 0 and "recipe:" in r.stdout and "state: complete" in r.stdout
     r = run_here("export", str(runs / "micro"), "--trial", "9")
     assert r.exit_code == 2 and "no trial 9" in r.stderr
 
@@ -777,6 +778,33 @@ def test_report_front_plot_follows_each_objectives_direction():
     assert sorted(zip(ring.x, ring.y)) == [(0.05, 0.9), (0.40, 0.5)]
     fig = front_figure(recs, [("cal/acc", "max")], {"cal/acc": 0.2})
     assert [(t.x[0], t.y[0]) for t in fig.data if t.name == "base model"] == [(0.2, 0.0)]
+    # the staircase turns at corners the front attains: up first where x is maximized (acc against cost:
+    # from (0.5, 5 s) up to 30 s, then across to 0.9; "hv" drew (0.9, 5 s), better than every trial), across
+    # first where x is minimized
+    fig = front_figure(recs, [("cal/acc", "max"), ("cost", "min")], {})
+    assert next(t for t in fig.data if t.name == "Pareto front").line.shape == "vh"
+    fig = front_figure(recs, [("cal/ece", "min"), ("cost", "min")], {})
+    assert next(t for t in fig.data if t.name == "Pareto front").line.shape == "hv"
+
+
+def test_the_sparkline_keeps_the_latest_value_and_the_report_escapes_what_a_project_names(micro_project, tmp_path):
+    """Past 60 values the sparkline sampled every n-th and dropped the latest (the number beside it said 1.0,
+    the plot was flat); the report is autoescaped (a base model id or a categorical value from an edited
+    space.yaml reached the page as HTML)."""
+    from sro.report import sparkline, write_report
+
+    line = sparkline([0.1] * 61 + [1.0])
+    assert line[-1] == "█" and set(line[:-1]) == {"▁"} and len(line) <= 62
+    space = RecipeSpace([Param("lr", "float", 1e-4, 1e-3, log=True),
+                         Param("mode", "categorical", choices=["<b>bold</b>", "plain"])], fixed={"max_new_tokens": 4})
+    project = load_project(micro_project("esc"))
+    ledger = Ledger(project, tmp_path / "esc")
+    (tmp_path / "esc" / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
+    trial = ledger.start(Recipe({"lr": 3e-4, "mode": "<b>bold</b>"}, dict(space.fixed)), space)
+    ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
+    page = write_report(tmp_path / "esc").read_text()
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<td class=\"l\"><b>bold</b>" not in page
+    assert "<div" in page and "Plotly.newPlot" in page  # the figures are still HTML
 
 
 def test_a_busy_storage_is_written_again_and_progress_never_fails_a_trial(micro_project, tmp_path, monkeypatch):
@@ -837,7 +865,7 @@ def test_the_reports_hypervolume_note_names_a_stated_reference_point(micro_proje
     ledger = _run_with_one_trial(project, run_dir)
     ledger.put("hypervolume", hypervolume_history(ledger.records(), project.objective_directions(),
                                                   project.reference_point))
-    page = write_report(run_dir).read_text()
+    page = html.unescape(write_report(run_dir).read_text())  # the page is autoescaped: project&#39;s
     assert "the project's reference_point for arithmetic/add, 10% of the range below the worst observed " \
            "value for the others" in page
     assert "maximization frame (cost negated)" in page  # every minimized objective named (was: always "cost")

@@ -82,9 +82,12 @@ def test_the_project_reads_recipe_files_into_their_values(micro_project, tmp_pat
     ("{values: {lr: [0.1]}, fixed: {beta: [0]}}", "start_recipes[0].values.lr: [0.1] is not a setting"),
     ("{values: {lr: 0.1}, fixed: 3}", "`fixed:` is a mapping (got 3)"),
     ("{values: {lr: 0.1}, scores: {a: 1}}", "take no other key and `fixed:` is a mapping (got ['scores'])"),
+    ("listfixed.yaml", "start_recipes[0]: listfixed.yaml: recipe: must be a mapping with `values:` (and `fixed:`), "
+                       "each a mapping"),  # a list under fixed: was a TypeError traceback (review, stop 30)
 ])
 def test_a_bad_start_recipe_entry_is_a_config_error(micro_project, tmp_path, entry, needle):
     (tmp_path / "plain.yaml").write_text("name: not-a-recipe\n")
+    (tmp_path / "listfixed.yaml").write_text("project: {name: x}\nrecipe: {values: {lr: 0.0001}, fixed: [1, 2]}\n")
     path = micro_project(extra=f"start_recipes:\n  - {entry}\n")
     with pytest.raises(ConfigError) as e:
         load_project(path)
