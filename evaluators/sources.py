@@ -176,14 +176,29 @@ def _jsonl_lines(path: Path):
                 yield lineno, line
 
 
+def _row_problem(question: Any, answer: Any) -> str | None:
+    """What is wrong with a (question, answer) row of a file or dataset, None if nothing: a question that is
+    not non-blank text (a number or an object trained as its str()), an answer that is null, blank (it matched
+    an empty completion) or a list or mapping."""
+    if not isinstance(question, str) or not question.strip():
+        return f"question must be non-blank text (got {question!r})"
+    if answer is None or isinstance(answer, (dict, list)) or (isinstance(answer, str) and not answer.strip()):
+        return f"answer must be non-blank text or a number (got {answer!r})"
+    return None
+
+
 class JsonlTask(Task):
     """A local JSONL file of `question`/`answer` rows, in a seeded order (`_jsonl_lines`)."""
 
     def __init__(self, spec: SourceSpec, seed: int) -> None:
         self.spec = spec
-        self.rows = [json.loads(line) for _, line in _jsonl_lines(Path(spec.target))]
+        self.rows = self._read(spec)
         self.order = list(range(len(self.rows)))
         random.Random(seed).shuffle(self.order)
+
+    @staticmethod
+    def _read(spec: SourceSpec) -> list[dict[str, Any]]:
+        return [json.loads(line) for _, line in _jsonl_lines(Path(spec.target))]
 
     @property
     def n_items(self) -> int:
@@ -258,9 +273,9 @@ def load_dataset_rows(spec: SourceSpec) -> list[dict[str, Any]]:
                 raise SourceSpecError(f"dataset {spec.target!r} row {i}: its answer has no {c['answer_after']!r} "
                                       "(config.answer_after)", "dataset")
             a = a.rsplit(c["answer_after"], 1)[1].strip()
-        if not isinstance(q, str) or not q.strip() or a is None or (isinstance(a, str) and not a.strip()):
-            raise SourceSpecError(f"dataset {spec.target!r} row {i}: the question must be non-blank text and the "
-                                  f"answer non-blank (got {q!r}, {a!r})", "dataset")
+        problem = _row_problem(q, a)
+        if problem:
+            raise SourceSpecError(f"dataset {spec.target!r} row {i}: {problem}", "dataset")
         rows.append({"question": q, "answer": a})
     if not rows:
         raise SourceSpecError(f"dataset {spec.target!r} split {c['split']!r} is empty", "dataset")
@@ -271,11 +286,9 @@ class DatasetTask(JsonlTask):
     """A dataset's (question, answer) rows (`load_dataset_rows`), in a seeded order, graded as a JSONL
     file's are (its text with its case, or the same number)."""
 
-    def __init__(self, spec: SourceSpec, seed: int) -> None:
-        self.spec = spec
-        self.rows = load_dataset_rows(spec)
-        self.order = list(range(len(self.rows)))
-        random.Random(seed).shuffle(self.order)
+    @staticmethod
+    def _read(spec: SourceSpec) -> list[dict[str, Any]]:
+        return load_dataset_rows(spec)
 
 
 def make_task(spec: SourceSpec, seed: int, cache_dir: Path | None = None) -> Task:
@@ -348,13 +361,9 @@ def _check_jsonl(spec: SourceSpec) -> None:
                 null = [k for k in missing if isinstance(row, dict) and k in row]
                 what = f"has {' and '.join(null)} null" if null else f"lacks {missing}"
                 raise SourceSpecError(f"{path.name} line {lineno} {what} {shape}", "jsonl")
-            q, a = row["question"], row["answer"]
-            if not isinstance(q, str) or not q.strip():  # a number or an object trained as its str()
-                raise SourceSpecError(f"{path.name} line {lineno}: question must be non-blank text (got {q!r}) "
-                                      f"{shape}", "jsonl")
-            if isinstance(a, (dict, list)) or (isinstance(a, str) and not a.strip()):  # '' matched an empty answer
-                raise SourceSpecError(f"{path.name} line {lineno}: answer must be non-blank text or a number "
-                                      f"(got {a!r}) {shape}", "jsonl")
+            problem = _row_problem(row["question"], row["answer"])
+            if problem:
+                raise SourceSpecError(f"{path.name} line {lineno}: {problem} {shape}", "jsonl")
             rows += 1
     except UnicodeDecodeError as e:
         raise SourceSpecError(f"{path.name} is not UTF-8 text ({e.reason} at byte {e.start}); save it as UTF-8",

@@ -322,11 +322,11 @@ class GRPOTrainer:
                 # update's only pass, so μ is the policy right now (not π_prox, which in ewma mode lags)
                 b_logp = b.behav[idx] if b.behav is not None else logp.detach()
                 m = mask[idx]
-                b_logp, p_logp = on_mask(b_logp, m, logp.detach()), on_mask(p_logp, m, logp.detach())
+                own = logp.detach()  # at the padding positions, so nothing there is exponentiated against it
+                b_logp, p_logp = on_mask(b_logp, m, own), on_mask(p_logp, m, own)
                 inputs = LossInputs(logp, b_logp, p_logp, adv[idx].unsqueeze(-1).expand_as(logp), m)
                 tok_loss = policy_loss(inputs, eps_low=cfg.eps_low, eps_high=cfg.eps_high, prox=cfg.prox)
-                kl = (k3_kl(logp, on_mask(ref_logp[idx], m, logp.detach())) if ref_logp is not None
-                      else torch.zeros_like(logp))
+                kl = k3_kl(logp, on_mask(ref_logp[idx], m, own)) if ref_logp is not None else torch.zeros_like(logp)
                 loss = aggregate(tok_loss + cfg.beta * kl, m, max_len=cfg.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 if distilling:

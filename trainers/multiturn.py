@@ -79,11 +79,7 @@ class MultiTurnConfig:
                 problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
         if not self.readout_buffer >= 1:
             problems.append(f"readout_buffer must be >= 1 (got {self.readout_buffer})")
-        b = self.base
-        unsupported = [name for name, on in (
-            ("staleness", b.staleness != 0), ("num_iterations", b.num_iterations != 1),
-            ("minibatches", b.minibatches != 1), ("distill.weight", b.distill.weight > 0),
-            ("dynamic_sampling", b.dynamic_sampling), ("mask_truncated", b.mask_truncated)) if on]
+        unsupported = unsupported_settings(self.base) + (["mask_truncated"] if self.base.mask_truncated else [])
         if unsupported:
             problems.append(f"the multi-turn trainer plays fresh episodes for one pass per iteration and does not "
                             f"support {', '.join(unsupported)}; leave them at their defaults (staleness 0, "
@@ -91,6 +87,15 @@ class MultiTurnConfig:
                             "mask_truncated off)")
         if problems:
             raise ValueError("MultiTurnConfig: " + "; ".join(problems))
+
+
+def unsupported_settings(base: GRPOConfig) -> list[str]:
+    """The recipe keys of `base` set to what the multi-turn trainer does not do: it plays fresh episodes for
+    one pass per iteration (`MultiTurnConfig` refuses them, and `multi_turn_config` names them by key)."""
+    return [key for key, on in (
+        ("staleness", base.staleness != 0), ("num_iterations", base.num_iterations != 1),
+        ("minibatches", base.minibatches != 1), ("distill.weight", base.distill.weight > 0),
+        ("dynamic_sampling", base.dynamic_sampling)) if on]
 
 
 MT_SETTINGS = ("reward", "history", "confidence", "calib_weight", "readout_steps", "readout_buffer")
@@ -455,10 +460,7 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
         why = (f"{algorithm} is not declared for multi-turn domains (it applies to {', '.join(sorted(regimes))}); "
                f"use one of {', '.join(n for n in ALGORITHMS.names() if 'multi_turn' in ALGORITHMS.get(n).applies_to)}")
         raise RecipeValueError(("algorithm",), f"algorithm: {why}", f"algorithm {why}")
-    unsupported = [key for key, on in (
-        ("staleness", base.staleness != 0), ("num_iterations", base.num_iterations != 1),
-        ("minibatches", base.minibatches != 1), ("distill.weight", base.distill.weight > 0),
-        ("dynamic_sampling", base.dynamic_sampling)) if on and key in values]
+    unsupported = [key for key in unsupported_settings(base) if key in values]
     if unsupported:  # by their recipe keys, so a space's fixed one is named before anything trains
         detail = (f"{', '.join(unsupported)}: the multi-turn trainer plays fresh episodes for one pass per iteration "
                   "and does not support them; leave them at their defaults (staleness 0, num_iterations 1, "
