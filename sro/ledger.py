@@ -325,14 +325,16 @@ class Ledger:
         silent = _never_beat(self.storage, [t._trial_id for t in running])
         for t in running:
             pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
-            if t._trial_id in silent and time.time() - float(t.user_attrs.get("started", time.time())) > grace:
+            # a gone process of this host first: the surest reason, and the same however long ago it died
+            # (read a moment later, its trial would also have missed its heartbeats)
+            if thost == host and pid is not None and not _alive(int(pid), t.user_attrs.get("pid_started")):
+                why = "interrupted: its process died"
+            elif t._trial_id in silent and time.time() - float(t.user_attrs.get("started", time.time())) > grace:
                 # killed between its claim and its first heartbeat, which Optuna never takes for dead
                 why = f"interrupted: no heartbeat from {thost} (pid {pid}) since its claim over {grace}s ago"
             elif t._trial_id in stale:
                 why = (f"interrupted: no heartbeat from {thost} (pid {pid}) for over "
                        f"{STALE_BEATS * self.heartbeat_s}s")
-            elif thost == host and pid is not None and not _alive(int(pid), t.user_attrs.get("pid_started")):
-                why = "interrupted: its process died"
             else:
                 continue
             out.append((t, {"message": why, "cost": dict(t.user_attrs.get("so_far", {}))}))
