@@ -77,6 +77,7 @@ class Budget:
     @classmethod
     def parse(cls, text: str) -> Budget:
         limits: dict[str, float] = {}
+        given: dict[str, str] = {}  # field → the term that set it
         terms = [t for t in str(text).split(",") if t.strip()]
         if not terms:
             raise BudgetError(f"empty budget; {HELP}")
@@ -93,8 +94,10 @@ class Budget:
                 raise BudgetError(f"budget {term.strip()!r}: trials are counted whole; write e.g. "
                                   f"{max(1, int(value))}trials")
             if field in limits:
-                raise BudgetError(f"budget {text!r} sets {field} twice; {HELP}")
-            limits[field] = value
+                what = COSTS[field][1] if field in COSTS else "trials"
+                raise BudgetError(f"budget {text!r} limits the {what} twice ({given[field]!r} and "
+                                  f"{term.strip()!r}); keep one, e.g. {given[field]!r}")
+            limits[field], given[field] = value, term.strip()
         if "trials" in limits:
             limits["trials"] = int(limits["trials"])
         return cls(**limits, text=str(text))  # type: ignore[arg-type]
@@ -121,9 +124,10 @@ class Budget:
         return None if self.wall_s is None else max(0.0, self.wall_s - spent.total("wall_s"))
 
     def fraction_used(self, spent: Spent) -> float:
-        """The largest fraction of any limit already spent (for the progress bar)."""
+        """The largest fraction of any limit already spent (for the progress bar); running trials
+        count, as they do in `exhausted`."""
         pairs = [
-            (spent.trials, self.trials),
+            (spent.trials + spent.running, self.trials),
             *((spent.total(c), getattr(self, c)) for c in COSTS),
         ]
         return max([min(1.0, s / lim) for s, lim in pairs if lim], default=0.0)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,16 @@ def test_budget_rejects(text):
         Budget.parse(text)
 
 
+@pytest.mark.parametrize("text,message", [
+    ("2h,30m", "budget '2h,30m' limits the wall time twice ('2h' and '30m'); keep one, e.g. '2h'"),
+    ("3trials, 4trial", "budget '3trials, 4trial' limits the trials twice ('3trials' and '4trial')"),
+    ("1Mtok,5ktok", "limits the training tokens twice ('1Mtok' and '5ktok')"),
+])
+def test_budget_names_a_limit_given_twice_in_the_users_words(text, message):
+    with pytest.raises(BudgetError, match=re.escape(message)):
+        Budget.parse(text)
+
+
 def test_budget_accounting():
     b = Budget.parse("10m,3trials")
     assert b.exhausted(Spent(wall_s=100, trials=2)) is None
@@ -150,6 +161,7 @@ def test_budget_accounting():
     assert "wall time" in b.exhausted(Spent(wall_s=601, trials=1))
     assert b.remaining_wall_s(Spent(wall_s=500)) == 100
     assert b.fraction_used(Spent(wall_s=300, trials=1)) == pytest.approx(0.5)
+    assert b.fraction_used(Spent(wall_s=100, trials=1, running=1)) == pytest.approx(2 / 3)  # as exhausted counts
     # and the seconds running trials have trained so far count against a wall-clock budget
     w = Budget.parse("10m")
     assert w.exhausted(Spent(wall_s=500, trials=1, running=2, running_wall_s=80)) is None
