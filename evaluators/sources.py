@@ -237,14 +237,42 @@ def _dataset_settings(spec: SourceSpec) -> dict[str, Any]:
     return {**DATASET_KEYS, **spec.config}
 
 
+_DATASET_ROWS: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+"""Rows already read in this process, by `_dataset_key`: the config check, the source's task and a
+benchmark of the same dataset read it once (until stop 32 each read it again, four times for a file that
+is both a source and a benchmark)."""
+
+
+def _dataset_key(spec: SourceSpec, c: dict[str, Any]) -> tuple[str, str, str]:
+    """The source, its settings, and what its rows are read from: a file's bytes, a folder's files' sizes and
+    modification times (a hub id: nothing, `datasets` pins what it loaded in its own cache)."""
+    path = Path(spec.target).expanduser()
+    if path.is_file():
+        state = hashlib.sha256(path.read_bytes()).hexdigest()
+    elif path.is_dir():
+        state = json.dumps(sorted((str(f.relative_to(path)), f.stat().st_size, f.stat().st_mtime_ns)
+                                  for f in path.rglob("*") if f.is_file()))
+    else:
+        state = ""
+    return spec.target, json.dumps(c, sort_keys=True, default=str), state
+
+
 def load_dataset_rows(spec: SourceSpec) -> list[dict[str, Any]]:
     """The (question, answer) rows of a `dataset:` source through `datasets.load_dataset`: a local parquet,
-    JSON, JSONL or CSV file (rebuilt from the file each time: `datasets`' cache is keyed on its modification
-    time), or a hub id or a local dataset folder (the hub's own code path, cached by `datasets`; offline, a
-    dataset already in the HF cache loads with HF_DATASETS_OFFLINE=1). Raises `SourceSpecError` naming the fix."""
+    JSON, JSONL or CSV file (rebuilt from the file when its bytes changed: `datasets`' cache is keyed on its
+    modification time), or a hub id or a local dataset folder (the hub's own code path, cached by `datasets`;
+    offline, a dataset already in the HF cache loads with HF_DATASETS_OFFLINE=1). Read once per process
+    (`_DATASET_ROWS`). Raises `SourceSpecError` naming the fix."""
+    c = _dataset_settings(spec)
+    key = _dataset_key(spec, c)
+    if key not in _DATASET_ROWS:
+        _DATASET_ROWS[key] = _read_dataset_rows(spec, c)
+    return list(_DATASET_ROWS[key])
+
+
+def _read_dataset_rows(spec: SourceSpec, c: dict[str, Any]) -> list[dict[str, Any]]:
     import datasets
 
-    c = _dataset_settings(spec)
     path = Path(spec.target).expanduser()
     try:
         if path.is_file():

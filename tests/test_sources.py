@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 
 import pytest
@@ -183,6 +184,33 @@ def test_a_dataset_source_reads_local_files_and_a_dataset_folder_through_dataset
                          (SourceSpec("dataset", str(tmp_path / "x.txt")), "cannot load dataset")):
         with pytest.raises(SourceSpecError, match=re.escape(needle)):
             check_source_spec(spec)
+
+
+def test_a_dataset_is_read_once_per_process_until_its_file_changes(tmp_path, monkeypatch):
+    """The config check, the source's task and a benchmark of one dataset read it through `datasets` once
+    (until stop 32 once each); a file rewritten with other rows, even within one mtime tick, is read anew."""
+    import datasets
+
+    from evaluators import sources
+    from evaluators.sources import check_source_spec
+
+    calls = []
+    real = datasets.load_dataset
+    monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
+    csv = tmp_path / "qa.csv"
+    csv.write_text("question,answer\nCapital of France?,Paris\nCapital of Spain?,Madrid\n")
+    spec = SourceSpec("dataset", str(csv))
+    check_source_spec(spec)
+    assert make_task(spec, seed=0).n_items == 2 and make_task(spec, seed=1).n_items == 2
+    assert len(calls) == 1
+    stat = csv.stat()
+    csv.write_text("question,answer\nCapital of Italy?,Rome\nCapital of Peru?,Lima\n")
+    os.utime(csv, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same modification time
+    assert sorted(it.answer for it in make_task(spec, seed=0).items(2)) == ["Lima", "Rome"]
+    assert len(calls) == 2
+    rows = sources.load_dataset_rows(spec)
+    rows.clear()  # a caller's list is its own
+    assert len(sources.load_dataset_rows(spec)) == 2
 
 
 def test_a_multi_line_reference_answer_is_read_over_as_many_lines():
