@@ -10,25 +10,16 @@ setup: $(STAMP)
 
 # torch first, pinned: the CPU build that lies on this disk (a bare `torch` would pull a CUDA build); then
 # every other package at the release in constraints.txt, the environment the recorded figures were measured
-# in (until stop 26 a fresh venv took the newest releases, and bench/proas.py's verdict moved with them)
+# in (until stop 26 a fresh venv took the newest releases, and bench/proas.py's verdict moved with them);
+# last, BoTorch's fused qLogEHVI kernel (C++, cached under ~/.cache/torch_extensions), which BoTorch 0.18
+# would compile in the first search's first proposal or the suite's: about 45 s on 2 cores, once per machine
+# (sro/optimizer/fused_kernel.py; without a compiler it says so and BoTorch keeps its pure-Python path)
 $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -c constraints.txt -e '.[test,bench,postgres]'
-	$(BIN)/python -c "$$FUSED_KERNEL"
+	$(BIN)/python -m sro.optimizer.fused_kernel
 	touch $(STAMP)
-
-# BoTorch 0.18 compiles its fused qLogEHVI kernel (C++, cached under ~/.cache/torch_extensions) the first
-# time an acquisition uses it: about 50 s on 2 cores, paid here once instead of by the first search's
-# first proposal or the suite. Without a compiler BoTorch warns and uses its pure-Python path (slower:
-# a proposal with 3 objectives after 100 trials takes 2.1 s instead of 1.7 s, docs/optimizer.md)
-define FUSED_KERNEL
-import botorch.acquisition.multi_objective.logei as m
-load = getattr(m, "_try_load_fused_kernel", None)
-load and load()
-print("BoTorch fused qLogEHVI kernel:", "ready" if getattr(m, "_C", None) else "not built (pure-Python path)")
-endef
-export FUSED_KERNEL
 
 # the quickstart (two single-turn domains, 8 trials), then the agent example (TextWorld coin
 # collector, multi-turn trainer, 5 minutes of trials): about 11 minutes on 2 cores from a fresh clone

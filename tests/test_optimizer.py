@@ -3,6 +3,7 @@ against Optuna's own conformance suite."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 from collections.abc import Callable
@@ -728,3 +729,41 @@ def test_a_nan_acquisition_value_is_never_picked() -> None:
     p = BoTorchProposer(RecipeSpace([Param("x", "float", 0.0, 1.0)]), seed=0)
     vals = p._score(lambda X: torch.tensor([0.3, float("nan"), 0.7])[: len(X)], torch.zeros(3, 1))
     assert vals.argsort(descending=True).tolist() == [2, 0, 1]
+
+
+def test_the_fused_kernel_is_loaded_once_and_its_compile_is_announced(tmp_path, monkeypatch):
+    """`load_fused_kernel` (run by `make setup` and before a search's first multi-objective proposal) shows
+    `status` only when this machine has no built kernel, and says whether BoTorch will use one (stop 32: until
+    then the first proposal on a fresh machine paused about 45 s without a word)."""
+    from botorch.acquisition.multi_objective import logei
+
+    from sro.optimizer import fused_kernel
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert not fused_kernel.compiled()
+    (tmp_path / fused_kernel.NAME / f"{fused_kernel.NAME}.so").write_bytes(b"")
+    assert fused_kernel.compiled()
+
+    shown: list[str] = []
+
+    def status(message):
+        shown.append(message)
+        return contextlib.nullcontext()
+
+    def fake_load(build):
+        def load():
+            logei._load_attempted = True
+            logei._C = build
+        return load
+
+    for built, have_so, expect_shown in ((object(), False, [fused_kernel.MESSAGE]), (None, False, [fused_kernel.MESSAGE]),
+                                        (object(), True, [])):
+        monkeypatch.setattr(logei, "_load_attempted", False)
+        monkeypatch.setattr(logei, "_C", None)
+        monkeypatch.setattr(logei, "_try_load_fused_kernel", fake_load(built))
+        monkeypatch.setattr(fused_kernel, "compiled", lambda have_so=have_so: have_so)
+        shown.clear()
+        assert fused_kernel.load_fused_kernel(status) is (built is not None)
+        assert shown == expect_shown
+        shown.clear()
+        assert fused_kernel.load_fused_kernel(status) is (built is not None) and shown == []  # loaded once
