@@ -23,10 +23,14 @@ MESSAGE = "compiling BoTorch's fused qLogEHVI kernel (once per machine, about a 
 
 
 def compiled() -> bool:
-    """Whether this machine's torch extensions folder holds a built kernel (loading it then takes a second)."""
-    from torch.utils.cpp_extension import _get_build_directory
+    """Whether this machine's torch extensions folder holds a built kernel (loading it then takes a second);
+    True where torch no longer tells its folder (nothing is announced then)."""
+    try:
+        from torch.utils.cpp_extension import _get_build_directory
 
-    return any(Path(_get_build_directory(NAME, False)).glob(f"{NAME}*.so"))
+        return any(Path(_get_build_directory(NAME, False)).glob(f"{NAME}*.so"))
+    except (ImportError, OSError):
+        return True
 
 
 def load_fused_kernel(status: Callable[[str], AbstractContextManager] | None = None) -> bool:
