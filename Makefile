@@ -39,7 +39,8 @@ lint: setup
 
 # the suite on every core (pytest-xdist; worksteal: the few long end-to-end tests do not queue behind each
 # other), one torch thread per worker so that workers do not oversubscribe the cores: on 2 cores 4 m 12 s
-# (stop 32; at stop 31 5 m 51 s, against 8 m 15 s in one process). `.venv/bin/python -m pytest tests/FILE.py` runs part of it in one process
+# (stop 32; at stop 31 5 m 51 s, against 8 m 15 s in one process). `.venv/bin/python -m pytest tests/FILE.py`
+# runs part of it in one process
 test: lint
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist worksteal
 

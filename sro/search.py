@@ -466,14 +466,14 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     _check_fixed(space, project, run_dir)  # a designed one's (what an LLM fixed)
     starts = _start_recipes(project, space, run_dir, ledger.records(), console.print)
     proposer = make_proposer(optimizer, space, project, run_dir)
-    if optimizer == "botorch" and len(project.objective_directions()) > 1:  # compiled once per machine
-        from sro.optimizer.fused_kernel import load_fused_kernel
-
-        load_fused_kernel(console.status)
     if hasattr(proposer, "load_warm_state"):  # a resumed search starts from the last GP fit
         proposer.load_warm_state(ledger.get("proposer_warm"))
 
     objectives = project.objective_directions()
+    if optimizer == "botorch" and len(objectives) > 1:  # qLogNEHVI's kernel, compiled once per machine
+        from sro.optimizer.fused_kernel import load_fused_kernel
+
+        load_fused_kernel(console.status)
     pc = project.pruning
     pruner = Pruner(objectives, tuple(pc.at), pc.items, pc.min_dominating, pc.min_steps) if (
         pc.enabled if pruning is None else pruning) else None

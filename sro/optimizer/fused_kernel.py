@@ -48,8 +48,14 @@ def load_fused_kernel(status: Callable[[str], AbstractContextManager] | None = N
     return getattr(logei, "_C", None) is not None
 
 
+def _say(message: str) -> AbstractContextManager:
+    """A `status` for a plain terminal: the message, printed once."""
+    print(message, flush=True)
+    return nullcontext()
+
+
 def main() -> int:
-    ready = load_fused_kernel(lambda m: (print(m, flush=True), nullcontext())[1])
+    ready = load_fused_kernel(_say)
     print("BoTorch fused qLogEHVI kernel:", "ready" if ready else "not built (BoTorch's pure-Python path)")
     return 0
 
