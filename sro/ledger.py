@@ -403,6 +403,14 @@ class Ledger:
         self._closed.add(trial._trial_id)
         self._stop_heartbeat(trial)
 
+    def meter(self, trial: optuna.Trial, cost: Callable[[], dict[str, float]]) -> None:
+        """Record `cost()` as the running `trial`'s cost so far at each of its heartbeats too, so that a
+        process killed between two progress records (while loading the model, or in its final scoring)
+        leaves what it used until its last beat spent, not its last progress record's."""
+        beat = self._beats.get(trial._trial_id)
+        if beat is not None:
+            beat.cost = cost
+
     def progress(self, trial: optuna.Trial, curve: list[dict[str, float]],
                  so_far: dict[str, float] | None = None) -> None:
         """A running trial's learning curve and its cost so far (what the budget counts while it runs).
@@ -599,6 +607,8 @@ class _Heartbeat:
     the other workers can tell a live trial from one whose process or machine died (`Ledger.recover`)."""
 
     def __init__(self, storage: optuna.storages.RDBStorage, trial_id: int, every: float) -> None:
+        self.cost: Callable[[], dict[str, float]] | None = None
+        """What the trial has used until now, recorded with each beat as `so_far` (`Ledger.meter`)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(storage, trial_id, every), daemon=True,
                                         name=f"sro-heartbeat-{trial_id}")
@@ -608,6 +618,10 @@ class _Heartbeat:
         while not self._stop.wait(every):
             try:
                 storage.record_heartbeat(trial_id)
+                if self.cost is not None:
+                    storage.set_trial_user_attr(trial_id, "so_far", self.cost())
+            except UpdateFinishedTrialError:  # ended (by its owner, or marked interrupted by another worker)
+                pass
             except STORAGE_ERRORS as e:  # busy or away: beat again later
                 _log.warning("heartbeat of trial id %s not recorded: %s", trial_id, e)
 

@@ -309,6 +309,8 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
             tokens = next((float(m["tokens"]) for m in reversed(curve) if "tokens" in m), 0.0)
             return {"wall_s": round(wall, 2), "tokens": tokens, "gpu_h": wall / 3600 if on_gpu else 0.0}
 
+        ledger.meter(trial, cost_so_far)
+
         def on_step(step: int, m: dict[str, float]) -> bool:
             nonlocal last_write, stop
             curve.append(m)

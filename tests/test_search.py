@@ -413,6 +413,28 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     assert b.spent().wall_s == 2.0 + 3.0 and b.spent().tokens == 0.0
 
 
+def test_a_trial_killed_before_its_first_progress_record_leaves_its_beats_cost_spent(micro_project, tmp_path):
+    """A process killed while it loads its model or in its final scoring, between two progress records,
+    left the cost of its last progress record spent (nothing, before the first): the budget did not count
+    minutes of wall time. Its heartbeats now record the cost so far too (`Ledger.meter`)."""
+    import time
+
+    project = load_project(micro_project("metered", "heartbeat_s: 1\n"))
+    ledger = Ledger(project, tmp_path / "metered")
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    t = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
+    t0 = time.monotonic()
+    ledger.meter(t, lambda: {"wall_s": round(time.monotonic() - t0, 2), "tokens": 0.0, "gpu_h": 0.0})
+    time.sleep(2.5)  # two beats, no progress record
+    ledger._stop_heartbeat(t)  # the kill
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    t.set_user_attr("pid", dead.pid)
+    rec = Ledger(project, tmp_path / "metered").records()[0]
+    assert rec.state == "interrupted" and 1.0 <= rec.cost["wall_s"] <= 2.6, rec.cost
+    assert Ledger(project, tmp_path / "metered").spent().wall_s == rec.cost["wall_s"]
+
+
 def test_recover_racing_the_owner_leaves_the_owners_outcome(micro_project, tmp_path, monkeypatch):
     """`recover` takes a live worker's trials for dead (as after a suspension) and the owner records
     their outcomes at that very moment: whoever ends a trial first owns its outcome. The owner's failure
