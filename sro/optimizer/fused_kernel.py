@@ -2,8 +2,8 @@
 
 BoTorch 0.18 compiles a C++ kernel for qLogEHVI / qLogNEHVI the first time such an acquisition is built, and
 caches it under `~/.cache/torch_extensions` (or `$TORCH_EXTENSIONS_DIR`): about 45 s on 2 cores, once per
-machine. Without it a proposal with 3 objectives after 100 trials takes 2.1 CPU s instead of 1.7 s
-(docs/optimizer.md). `make setup` compiles it; a search started from a plain `pip install` says that it is
+machine. Without it a proposal with 3 objectives after 100 trials takes 15-30% more CPU time (2.1 s instead
+of 1.7 s at stop 31; `bench/optimizer.py --overhead-only` times both, docs/optimizer.md). `make setup` compiles it; a search started from a plain `pip install` says that it is
 compiling instead of pausing silently in its first proposal.
 
 `python -m sro.optimizer.fused_kernel` loads it (compiling if needed) and prints whether it is ready.
