@@ -27,7 +27,7 @@ from sro.designer.rules import trainer_keys, design_rules
 from sro.ledger import Ledger
 from sro.proposers import SobolProposer
 from sro.recipe import Recipe
-from sro.space import Param, RecipeSpace
+from sro.space import Param, RecipeSpace, Simplex
 from trainers.algorithms import config_for
 from trainers.processing import item_filter
 
@@ -540,6 +540,14 @@ def test_llm_candidates_reach_the_botorch_pool_validated_and_new(llm, tmp_path):
     assert "Trials so far" in llm.requests[0]["body"]["messages"][1]["content"]
     with pytest.warns(UserWarning, match="extra candidate source failed"):
         assert prop._extra(history, set()) == []  # a bad answer never stops the search
+    # a fenced answer is read as the designer's own answers are (it was refused), and a proposer built anew
+    # (after a redesign or a resume) numbers its audit files after the ones there (it wrote over candidates-1)
+    llm.script = ["```json\n" + json.dumps({"recipes": [good]}) + "\n```"]
+    again = llm_candidates(project, space, tmp_path / "designer")
+    assert again(history) == [good]
+    assert sorted(f.name for f in (tmp_path / "designer").glob("candidates-*-answer.json")) == [
+        f"candidates-{i}-answer.json" for i in (1, 2, 3)]
+    assert "not json" in (tmp_path / "designer" / "candidates-2-answer.json").read_text()
     _no_key_under(tmp_path)
     assert make_proposer("botorch", space, project, tmp_path).extra is not None
     assert make_proposer("botorch", space, _math_project(), tmp_path).extra is None
@@ -594,7 +602,7 @@ def test_llm_answers_outside_the_catalogs_declarations_are_refused_or_mended():
         return review(SpaceAnswer.model_validate({**base, **change}), catalog, project)
 
     for change, needle in (
-            ({"fixed": {"algorithm": ["grpo"]}}, "fixed algorithm ['grpo'] is unknown"),
+            ({"fixed": {"algorithm": ["grpo"]}}, "fixed algorithm names unknown algorithm(s) [['grpo']]"),
             ({"params": [{"name": "algorithm", "kind": "categorical", "choices": [{"name": "grpo"}], "why": "x"}]},
              "unknown algorithm"),
             ({"params": [{"name": "group_size", "kind": "float", "low": 2, "high": 8, "why": "x"}]},
@@ -615,6 +623,87 @@ def test_llm_answers_outside_the_catalogs_declarations_are_refused_or_mended():
     assert [p.name for p in space.params] == ["lr"] and any("fixes at 'grpo'" in n for n in notes)
     space, _ = check(params=[base["params"][0], beta_p], fixed={"algorithm": "proximal_kl"})
     assert space.param("prox.beta_p").condition is None  # always active under the fixed algorithm
+
+
+def test_the_review_keeps_knobs_to_their_readers_regime_and_ranges():
+    """A review's cases (stop 33), each of which the review let through: an answer's own condition on the
+    algorithm named only algorithms that ignore the knob (`prox.beta_p when algorithm in [grpo]`); with no
+    algorithm in the answer, a knob's condition on proximal_kl was removed and the knob searched under grpo; a
+    multi-turn algorithm (proas) was accepted in a single-turn project, where it trains as grpo; a condition on
+    an int parent's values outside its range left a dimension never active; a half-given range was replaced by
+    the whole declared one; `algorithm` of kind bool and a fixed bool knob given 1 were refused with messages
+    naming nothing; and an agent project's review kept `proc.*`, which the search then refused."""
+    from sro.designer.llm import SpaceAnswer, review
+
+    catalog, project = build_catalog(_math_project()), _math_project()
+    lr = {"name": "lr", "kind": "float", "low": 1e-5, "high": 1e-3, "log": True, "why": "x"}
+    mix = {"name": "mixture", "members": ["mix.arithmetic", "mix.multiplication"], "why": "x"}
+
+    def check(params, fixed=None, cat=catalog, proj=project, simplexes=(mix,)):
+        return review(SpaceAnswer.model_validate({"params": params, "simplexes": list(simplexes),
+                                                  "fixed": fixed or {}}), cat, proj)
+
+    algo = {"name": "algorithm", "kind": "categorical", "choices": ["grpo", "proximal_kl"], "why": "x"}
+    beta_p = {"name": "prox.beta_p", "kind": "float", "low": 0.5, "high": 2.0, "why": "x"}
+    space, notes = check([algo, lr, {**beta_p, "when": {"algorithm": ["grpo"]}}])
+    assert "prox.beta_p" not in [p.name for p in space.params] and any("none of which reads it" in n for n in notes)
+    space, _ = check([algo, lr, {**beta_p, "when": {"algorithm": ["grpo", "proximal_kl"]}}])
+    assert space.param("prox.beta_p").condition == {"algorithm": ["proximal_kl"]}
+    space, notes = check([lr, {**beta_p, "when": {"algorithm": ["proximal_kl"]}}])  # no algorithm: grpo
+    assert [p.name for p in space.params] == ["lr"] and space.fixed["algorithm"] == "grpo"
+    assert any("fixes at 'grpo'" in n for n in notes), notes
+    with pytest.raises(ValueError, match=r"proas train\(s\) multi-turn projects only, and this one is single-turn"):
+        check([{**algo, "choices": ["grpo", "proas"]}, lr])
+    with pytest.raises(ValueError, match="must be kind categorical"):
+        check([{"name": "algorithm", "kind": "bool", "why": "x"}, lr])
+    with pytest.raises(ValueError, match="fixed dynamic_sampling: 1 must be true or false"):
+        check([lr], {"dynamic_sampling": 1})
+    space, notes = check([lr, {"name": "batch_multiplier", "kind": "int", "low": 1, "high": 2, "why": "x"},
+                          {"name": "batch_switch_at", "kind": "float", "low": 0.2, "high": 0.8, "why": "x",
+                           "when": {"batch_multiplier": [3, 4]}}])
+    assert "batch_switch_at" not in [p.name for p in space.params]
+    assert any("outside batch_multiplier's whole numbers [1, 2]" in n for n in notes), notes
+    space, _ = check([lr, {"name": "batch_multiplier", "kind": "int", "low": 1, "high": 4, "why": "x"},
+                      {"name": "batch_switch_at", "kind": "float", "low": 0.2, "high": 0.8, "why": "x",
+                       "when": {"batch_multiplier": [2.0, 4, 9]}}])
+    assert space.param("batch_switch_at").condition == {"batch_multiplier": [2, 4]}
+    space, notes = check([{**lr, "high": None}])
+    assert (space.param("lr").low, space.param("lr").high) == (1e-5, 1e-2) and any("no high given" in n for n in notes)
+    agent = load_project(ROOT / "search_spaces" / "agent.yaml", trains=False)
+    agent_catalog = build_catalog(agent)
+    assert agent_catalog.operators == []
+    space, notes = review(SpaceAnswer.model_validate({"params": [lr, {"name": "proc.dedup", "kind": "bool",
+                                                                      "why": "x"}]}), agent_catalog, agent)
+    assert [p.name for p in space.params] == ["lr"] and any("dropped 'proc.dedup'" in n for n in notes)
+
+
+def test_an_llm_redesign_keeps_what_its_answer_leaves_out_and_a_non_json_reply_falls_back(llm, tmp_path):
+    """An LLM redesign's answer that drops a dimension (the prompt asks it to drop those that do not matter)
+    sent it to the trainer's default: lr 1e-3 where the space searched 1e-6 to 5e-6, and a person's fixed
+    setting was lost too. It is now kept at the best Pareto recipe's value, or at its fixed setting. And a 200
+    reply whose body is not JSON was a traceback (a JSONDecodeError), not a fall-back to the rules."""
+    from sro.designer.redesign import Evidence, redesign
+
+    project = _llm_project(llm.url)
+    catalog = build_catalog(project)
+    space = RecipeSpace([Param("lr", "float", 1e-6, 5e-6, log=True, rationale="x"),
+                         Param("group_size", "int", 4, 8, rationale="x")],
+                        [Simplex("mixture", ["mix.arithmetic", "mix.multiplication"], "x")],
+                        {"algorithm": "grpo", "steps": 7}, version=2, designer="llm")
+    best = {"lr": 2.06e-6, "group_size": 6, "mix.arithmetic": 0.7, "mix.multiplication": 0.3}
+    ev = Evidence(10, [{"values": best, "scores": {}}], {"lr": 0.9, "group_size": 0.1})
+    llm.script = [json.dumps({"params": [{"name": "group_size", "kind": "int", "low": 4, "high": 8, "why": "x"}]})]
+    new = redesign(space, ev, catalog, project, tmp_path, warn=lambda m: None)
+    assert new.designer == "llm" and new.version == 3 and [p.name for p in new.params] == ["group_size"]
+    assert new.fixed["lr"] == 2.06e-6 and new.fixed["steps"] == 7
+    assert (new.fixed["mix.arithmetic"], new.fixed["mix.multiplication"]) == (0.7, 0.3)
+    _every_recipe_trains(new)
+    warned: list[str] = []
+    llm.script = [b"", b'{"id": "c", "choices']  # an empty body, then one cut short
+    for _ in range(2):
+        again = redesign(space, ev, catalog, project, tmp_path, warn=warned.append)
+        assert again.designer == "llm" and again.version == 3 and again.param("lr").high <= 5e-6  # the rules'
+    assert len(warned) == 2 and all("a body that is not JSON" in w for w in warned), warned
 
 
 def test_rules_redesign_keeps_every_pareto_recipe_and_reads_the_first_objectives_direction(tmp_path):

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sro.config import ProjectConfig
-from sro.designer.llm import DesignerFailed, _ask, _client
+from sro.designer.llm import DesignerFailed, _ask, _client, unfenced
 from sro.ledger import TrialRecord
 from sro.space import RecipeSpace
 
@@ -27,7 +27,10 @@ def llm_candidates(project: ProjectConfig, space: RecipeSpace, audit_dir: Path,
     """An extra candidate source for `BoTorchProposer(extra=...)` backed by the designer endpoint.
     It raises `DesignerFailed` on an unreachable endpoint or a malformed answer (the proposer then
     warns and goes on with its own candidates)."""
-    calls = {"n": 0}
+    # numbered after the files already there: a proposer is built anew after every redesign and resume, and
+    # until stop 33 each one wrote candidates-1-*.json again over the audit of the first
+    calls = {"n": max((int(f.name.split("-")[1]) for f in audit_dir.glob("candidates-*-prompt.json")
+                       if f.name.split("-")[1].isdigit()), default=0)}
 
     def propose(history: Sequence[TrialRecord]) -> list[dict[str, Any]]:
         trials = [{"values": r.recipe.values, "state": r.state, "scores": r.scores,
@@ -41,7 +44,7 @@ def llm_candidates(project: ProjectConfig, space: RecipeSpace, audit_dir: Path,
         content = _ask(_client(project), project, messages)
         (audit_dir / f"candidates-{calls['n']}-answer.json").write_text(content)
         try:
-            recipes = json.loads(content).get("recipes")
+            recipes = json.loads(unfenced(content)).get("recipes")
         except (json.JSONDecodeError, AttributeError):
             raise DesignerFailed("the candidates answer is not a JSON object with a `recipes` list") from None
         if not isinstance(recipes, list):

@@ -218,7 +218,10 @@ def build_catalog(project: ProjectConfig, budget: Budget | None = None, ctx=None
     model = {"name": project.base_model, "path": ctx.base_path if ctx is not None else None,
              "params": _model_params(ctx.base_path if ctx is not None else project.base_model)}
     notes = [] if measured else ["base model not loaded: pass rates and throughput are not measured"]
-    return Catalog(project.name, domains, [OPERATORS.get(n).as_dict() for n in OPERATORS.names()],
+    # the multi-turn trainer filters no items and runs no SFT stage: their knobs are no part of an agent's recipe
+    # (until stop 33 the LLM review kept `proc.*` there, and the search refused the space it wrote)
+    return Catalog(project.name, domains,
+                   [] if project.multi_turn else [OPERATORS.get(n).as_dict() for n in OPERATORS.names()],
                    algorithm_catalog(), model, hardware,
                    {"text": budget.text or str(budget), "wall_s": budget.wall_s, "trials": budget.trials,
                     "gpu_h": budget.gpu_h, "tokens": budget.tokens,

@@ -89,19 +89,38 @@ def _known(catalog: Catalog) -> dict[str, dict[str, Any]]:
     return out
 
 
-def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tuple[RecipeSpace, list[str]]:
+def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig,
+           carry: dict[str, Any] | None = None) -> tuple[RecipeSpace, list[str]]:
     """The answer as a space, checked against the catalog. Raises `ValueError` (sent back in the repair
-    round) for an unknown algorithm or source; returns the notes on what was dropped or clamped."""
-    algos = {a["name"] for a in catalog.algorithms}
+    round) for an unknown algorithm or source; returns the notes on what was dropped or clamped.
+
+    `carry` (a redesign: `carried`) holds the settings the answer keeps where it neither searches nor fixes
+    them: the current space's fixed settings and the best Pareto recipe's values. Until stop 33 a dimension
+    the model dropped took the trainer's default (lr 1e-3 where the space searched 1e-6 to 5e-6)."""
+    regime = "multi_turn" if project.multi_turn else "single_turn"
+    algos = {a["name"] for a in catalog.algorithms if regime in a["applies_to"]}
+    elsewhere = {a["name"] for a in catalog.algorithms} - algos  # proas in a single-turn project is grpo
     known = _known(catalog)
     notes: list[str] = []
     params: list[Param] = []
+
+    def check_algorithm(what: str, names: list[Any]) -> None:
+        bad = [c for c in names if not isinstance(c, str) or c not in algos]
+        if bad:
+            other = [c for c in bad if isinstance(c, str) and c in elsewhere]
+            why = (f"; {', '.join(other)} train(s) {'multi-turn' if regime == 'single_turn' else 'single-turn'} "
+                   f"projects only, and this one is {regime.replace('_', '-')}") if other else ""
+            raise ValueError(f"{what} names unknown algorithm(s) {bad}{why}; known here: {sorted(algos)}")
+
     for pa in answer.params:
         if pa.name == "algorithm":
-            bad = [c for c in (pa.choices or []) if not isinstance(c, str) or c not in algos]
-            if bad or pa.kind != "categorical":
-                raise ValueError(f"parameter 'algorithm' names unknown algorithm(s) {bad}; known: {sorted(algos)}")
-            params.append(Param("algorithm", "categorical", choices=list(pa.choices or []), rationale=pa.why))
+            if pa.kind != "categorical":
+                raise ValueError(f"parameter 'algorithm' must be kind categorical with catalog algorithms as its "
+                                 f"choices (got kind {pa.kind})")
+            check_algorithm("parameter 'algorithm'", list(pa.choices or []))
+            if not pa.choices:
+                raise ValueError(f"parameter 'algorithm' has no choices; choose among {sorted(algos)}")
+            params.append(Param("algorithm", "categorical", choices=list(pa.choices), rationale=pa.why))
             continue
         k = known.get(pa.name)
         if k is None:
@@ -113,8 +132,11 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         low, high = pa.low, pa.high
         if pa.kind in ("float", "int") and k.get("low") is not None and k.get("high") is not None:
             lo_c, hi_c = float(k["low"]), float(k["high"])
-            if low is None or high is None:
-                low, high = lo_c, hi_c
+            if low is None or high is None:  # the end it gives is kept (both were replaced until stop 33)
+                if low is not None or high is not None:
+                    notes.append(f"{pa.name}: no {'high' if high is None else 'low'} given; the declared "
+                                 f"{hi_c if high is None else lo_c} used")
+                low, high = lo_c if low is None else low, hi_c if high is None else high
             if low < lo_c or high > hi_c:
                 notes.append(f"clamped {pa.name} [{low}, {high}] to the declared [{lo_c}, {hi_c}]")
                 low, high = max(low, lo_c), min(high, hi_c)
@@ -141,16 +163,26 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
             raise ValueError(str(e)) from None
     fixed = {}
     for key, v in answer.fixed.items():
-        if key == "algorithm" and (not isinstance(v, str) or v not in algos):
-            raise ValueError(f"fixed algorithm {v!r} is unknown; known: {sorted(algos)}")
+        if key == "algorithm":
+            check_algorithm("fixed algorithm", [v])
         if key in known and not _declared_value(known[key], v):
             k = known[key]
+            if k.get("kind") == "bool" and k.get("choices") is None:
+                raise ValueError(f"fixed {key}: {v!r} must be true or false")
             where = k["choices"] if k.get("choices") is not None else f"[{k.get('low')}, {k.get('high')}]"
             raise ValueError(f"fixed {key}: {v!r} is not a declared {k.get('kind')} value ({where})")
         if key in FIXED_OK or key in known:
             fixed[key] = v
         else:
             notes.append(f"dropped fixed {key!r}: not a catalog parameter")
+    searched = {p.name for p in params} | {m for sa in answer.simplexes for m in sa.members}
+    for key, v in (carry or {}).items():  # a redesign: what the answer left out keeps its current setting
+        if key not in searched and key not in fixed and (key in FIXED_OK or key in known
+                                                         or key.startswith((MIX_PREFIX, SOURCE_PREFIX))):
+            fixed[key] = v
+            notes.append(f"kept {key} at {v!r}: the answer neither searches nor fixes it")
+    if "algorithm" not in {p.name for p in params}:  # before the checks below read it (a condition on it too)
+        fixed.setdefault("algorithm", "grpo")
     params, fixed = _only_what_the_algorithms_read(params, fixed, catalog, notes)
     both = sorted({p.name for p in params} & set(fixed))
     if both:  # the searched value won silently
@@ -172,8 +204,6 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig) -> tup
         simplexes.append(Simplex(sa.name, list(sa.members), sa.why))
     fixed["max_new_tokens"] = project.runtime.max_new_tokens
     fixed.update(project_fixed(project))  # in every LLM space, designed or redesigned
-    if "algorithm" not in {p.name for p in params}:
-        fixed.setdefault("algorithm", "grpo")
     try:
         space = RecipeSpace(params, simplexes, fixed, version=1, designer="llm")
     except SpaceError as e:
@@ -199,7 +229,19 @@ def _only_what_the_algorithms_read(params: list[Param], fixed: dict[str, Any], c
     out = []
     for p in params:
         who = readers.get(p.name, set()) & selectable
-        if (p.name == "algorithm" or p.name not in readers or p.name in shared or who == selectable
+        if p.name != "algorithm" and p.name in readers and p.name not in shared and "algorithm" in (p.condition or {}):
+            # the answer's own condition on the algorithm, kept to the algorithms that read the knob (until stop 33
+            # `prox.beta_p when algorithm in [grpo]` was searched under grpo, which ignores it)
+            want = list(p.condition["algorithm"])  # type: ignore[index]
+            read = [a for a in want if a in readers[p.name]]
+            if not read:
+                notes.append(f"dropped {p.name!r}: its condition names algorithm(s) {want}, none of which reads it")
+                continue
+            if read != want:
+                notes.append(f"{p.name}: searched only where algorithm is {', '.join(read)}, which read it")
+                p.condition["algorithm"] = read  # type: ignore[index]
+            out.append(p)
+        elif (p.name == "algorithm" or p.name not in readers or p.name in shared or who == selectable
                 or "algorithm" in (p.condition or {})):  # a condition on the algorithm: `_settle_conditions`
             out.append(p)
         elif not who:
@@ -233,13 +275,25 @@ def _settle_conditions(params: list[Param], fixed: dict[str, Any], notes: list[s
     names, dropped = {p.name for p in params}, set()
     choices = {p.name: (list(p.choices) if p.choices is not None else [False, True] if p.kind == "bool" else None)
                for p in params}
+    ranges = {p.name: p for p in params if p.choices is None and p.kind in ("int", "float")}
     while True:
         kept: list[Param] = []
         for p in params:
             why = None
             for parent in sorted(p.condition or {}):
                 want = p.condition[parent]  # type: ignore[index]
-                if parent in names:
+                if parent in names and parent in ranges:  # a numeric parent: the values inside its range
+                    q = ranges[parent]
+                    inside = [v for v in want if q.kind == "int" and isinstance(v, (int, float))
+                              and not isinstance(v, bool) and float(v).is_integer() and q.low <= v <= q.high]
+                    if not inside:
+                        why = (f"its condition needs {parent} in {want}, which {parent} never takes exactly "
+                               f"(a float)" if q.kind == "float" else
+                               f"its condition needs {parent} in {want}, outside {parent}'s whole numbers "
+                               f"[{q.low:g}, {q.high:g}]")
+                        break
+                    p.condition[parent] = [int(v) for v in inside]  # type: ignore[index]
+                elif parent in names:
                     can = choices.get(parent)
                     if can is not None:
                         inside = [v for v in want if any(v == c and type(v) is type(c) for c in can)]
@@ -333,6 +387,9 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
                              f"{str(e.message)[:200]}") from None
     except openai.OpenAIError as e:  # an answer the client could not read as a completion
         raise DesignerFailed(f"the endpoint {d.base_url} answered with something the client cannot read: {e}") from None
+    except ValueError as e:  # a 200 whose body is not JSON (empty, cut short): a traceback until stop 33
+        raise DesignerFailed(f"the endpoint {d.base_url} answered with a body that is not JSON ({e}); check "
+                             "designer.base_url and the server's log") from None
     try:  # a 200 that is no chat completion (a web UI's HTML page, a null message) crashed design and redesign
         content = resp.choices[0].message.content if resp.choices else None
     except (AttributeError, TypeError, IndexError, KeyError):
@@ -343,11 +400,28 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
     return content
 
 
-def _parse(content: str, catalog: Catalog, project: ProjectConfig) -> tuple[RecipeSpace, list[str]]:
-    """ValueError (with what to fix) for malformed JSON, a schema violation or a catalog violation."""
+def unfenced(content: str) -> str:
+    """The text of an answer, without the Markdown code fence a model may wrap its JSON in."""
     text = content.strip()
     if text.startswith("```"):  # a fenced block: take what is inside
         text = text.strip("`").split("\n", 1)[-1].rsplit("```", 1)[0]
+    return text
+
+
+def carried(space: RecipeSpace, evidence: dict[str, Any] | None) -> dict[str, Any]:
+    """What a redesign keeps where the model's answer neither searches nor fixes it (`review`'s `carry`): the
+    current space's fixed settings, and each searched dimension and mixture weight at the best Pareto recipe's
+    value (the best on the project's first objective, as the rules' redesign fixes a dropped dimension)."""
+    pareto = (evidence or {}).get("pareto") or []
+    best = pareto[0].get("values", {}) if pareto else {}
+    names = {p.name for p in space.params} | {m for sx in space.simplexes for m in sx.members}
+    return {**dict(space.fixed), **{k: v for k, v in best.items() if k in names}}
+
+
+def _parse(content: str, catalog: Catalog, project: ProjectConfig,
+           carry: dict[str, Any] | None = None) -> tuple[RecipeSpace, list[str]]:
+    """ValueError (with what to fix) for malformed JSON, a schema violation or a catalog violation."""
+    text = unfenced(content)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -359,7 +433,7 @@ def _parse(content: str, catalog: Catalog, project: ProjectConfig) -> tuple[Reci
     except ValidationError as e:
         errs = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()[:5])
         raise ValueError(f"the answer does not match the schema: {errs}") from None
-    return review(answer, catalog, project)
+    return review(answer, catalog, project, carry)
 
 
 def design_llm(catalog: Catalog, project: ProjectConfig, audit_dir: Path, space: RecipeSpace | None = None,
@@ -392,7 +466,8 @@ def design_llm(catalog: Catalog, project: ProjectConfig, audit_dir: Path, space:
             content = _ask(client, project, messages)
             log["rounds"].append({"answer": content})
             try:
-                designed, notes = _parse(content, catalog, project)
+                designed, notes = _parse(content, catalog, project,
+                                         carried(space, evidence) if space is not None else None)
             except ValueError as e:
                 log["rounds"][-1]["error"] = str(e)
                 if round_ == 1:
