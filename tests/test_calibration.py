@@ -59,3 +59,11 @@ def test_a_stated_confidence_is_one_digit_on_the_first_line():
 
     assert [parse_confidence(t) for t in ("7", " 3 \nmore", "9.", "0")] == [0.75, 0.35, 0.95, 0.05]
     assert [parse_confidence(t) for t in ("0.9", "10", "95%", "-3", "confidence: 8/10", "nine", "", "go 2")] == [None] * 8
+
+
+def test_a_confidence_of_one_and_a_threshold_met_exactly():
+    """A test audit's mutations (stop 33): a confidence of exactly 1.0 left out of every ECE bin, and selective
+    execution at c > τ instead of c ≥ τ, passed every test."""
+    assert ece([1.0], [0]) == pytest.approx(1.0)
+    assert ece([1.0, 0.95], [0, 1]) == pytest.approx(0.475)  # one bin (0.9, 1]: |0.975 − 0.5|
+    assert selective([ConfidenceRecord(0, 0, 0.5, True)], 0.5)["coverage"] == 1.0

@@ -123,3 +123,12 @@ def test_log_probs_are_those_of_the_sampling_temperature():
         assert got[0].tolist() == pytest.approx([float(w) for w in want], abs=1e-6)
     at_half = completion_logprobs(Fixed(), ids, att, prompt_len=1, temperature=0.5)[0][0, 0]
     assert float(at_half) == pytest.approx(2 * 0.0 - math.log(math.exp(4.0) + math.exp(0.0) + math.exp(-2.0)), abs=1e-6)
+
+
+def test_dr_grpo_and_batch_advantages_centre_on_each_groups_own_mean():
+    """A test audit's mutation (stop 33): with rewards whose group means equal the batch mean (3,1 | 2,2), centring
+    on the batch mean passed every test. Here the groups' means (0.5 and 3) differ from the batch's (1.75)."""
+    r = torch.tensor([1.0, 0.0, 3.0, 3.0])
+    assert torch.allclose(ADVANTAGES.get("none")(r, 2), torch.tensor([0.5, -0.5, 0.0, 0.0]))
+    std = r.std()  # the batch's std (1.5): scale only, the centre stays each group's
+    assert torch.allclose(ADVANTAGES.get("batch")(r, 2), torch.tensor([0.5, -0.5, 0.0, 0.0]) / (std + 1e-4))

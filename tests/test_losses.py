@@ -141,3 +141,22 @@ def test_proximal_kl_future_credit_shifts_the_advantage():
     # Ã_0 = 1 − clip(0.5, −0.4, 0.4) = 0.6; tokens 1, 2 have F = 0 and logp = 0
     assert out[0, 0].item() == pytest.approx(-math.exp(0.5) * 0.6 * 0.5)
     assert out[0, 1:].abs().sum().item() == 0.0
+
+
+def test_proximal_kl_clips_a_negative_future_kl_and_masks_at_c_mask_inclusive():
+    """A test audit's mutations (stop 33): dropping the clip's lower bound −B, and masking at staleness ≥ C_mask
+    instead of > C_mask, passed every test (the clip was tested on a positive F only)."""
+    from trainers.losses import proximal_kl_loss
+
+    z = torch.zeros(1, 3)
+    x = LossInputs(logp=torch.tensor([[-0.5, 0.0, 0.0]]), behav_logp=z, prox_logp=z, adv=torch.ones(1, 3),
+                   mask=torch.ones(1, 3))
+    s = ProxKLSettings(beta_p=1.0, horizon=2, bound=0.4, c_prox=10.0)
+    # δ = (−0.5, 0, 0); F_0 = −0.5 clipped to −0.4, so Ã_0 = 1.4; ρ_0 = e^−0.5; w = 1; out_0 = −ρ·Ã·log π = 0.7·e^−0.5
+    assert proximal_kl_loss(x, s)[0, 0].item() == pytest.approx(0.7 * math.exp(-0.5), rel=1e-6)
+    # a staleness ratio π_prox/μ of exactly C_mask = 3 keeps its weight min(3, C_is = 2) = 2
+    x = LossInputs(logp=torch.log(torch.tensor([[0.75]])), behav_logp=torch.log(torch.tensor([[0.25]])),
+                   prox_logp=torch.log(torch.tensor([[0.75]])), adv=torch.ones(1, 1), mask=torch.ones(1, 1))
+    s = ProxKLSettings(beta_p=0.0, c_is=2.0, c_mask=3.0)
+    assert torch.exp(x.prox_logp - x.behav_logp).item() == 3.0
+    assert proximal_kl_loss(x, s).item() == pytest.approx(-2.0 * math.log(0.75), rel=1e-6)

@@ -257,6 +257,13 @@ def test_calibration_loss_by_hand():
     # groups are normalized separately: scaling one group's size does not change the other's advantages
     a = calibration_loss(torch.zeros(3, 10), torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
     assert a.item() == pytest.approx(0.0, abs=1e-6)
+    # ... and the last step, alone in its group, gets the gradient it gets alone (1/3 of it: the mean over
+    # 3 steps); normalized by the whole batch's rewards instead, it passed the check above (a test audit, stop 33)
+    three, one = torch.zeros(3, 10, requires_grad=True), torch.zeros(1, 10, requires_grad=True)
+    calibration_loss(three, torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1])).backward()
+    calibration_loss(one, torch.tensor([1.0]), torch.tensor([0])).backward()
+    assert three.grad[2].tolist() == pytest.approx((one.grad[0] / 3).tolist(), abs=1e-7)
+    assert one.grad[0, 0].item() == pytest.approx(0.0608 * 3, abs=1e-3)  # the audit's figure, 0.06082 × 3
 
 
 def test_confidence_question_notes_unlisted_commands(policy, monkeypatch):

@@ -136,3 +136,26 @@ def test_config_rejects_bad_knobs():
         ProASConfig(gate="medium")
     with pytest.raises(ValueError, match="lam must be in"):
         ProASConfig(lam=1.5)
+
+
+def test_boundaries_and_counts_by_hand():
+    """A test audit's mutations (stop 33) that passed every test: the hard gate and the deviation test at exactly
+    v = θ_v (a distilled estimate is 0.5 whenever n⁺ = n⁻ with a = b), an episode's repeated edge counted once per
+    occurrence instead of once per episode, an unrecorded state read as inadmissible by the rules, the priors a
+    and b swapped, and the rule agreement at v = θ_v."""
+    assert step_advantages([1.0], [[0.5]], ProASConfig(gate="hard", theta_v=0.5)) == [[1.0]]  # v ≥ θ_v kept
+    # v = θ_v is no deviation: the penalty moves onto the first step only (v = 0.4), λ = 1, T = 2
+    assert step_advantages([-1.0], [[1.0, 0.5]], ProASConfig(lam=1.0, k_dev=1, theta_v=0.5)) == [[-1.0, -1.0]]
+    assert step_advantages([-1.0], [[0.4, 0.5]], ProASConfig(lam=1.0, k_dev=1, theta_v=0.5)) == [[-2.0, 0.0]]
+    e = ("A", "look")
+    g = ReferenceGraph(ProASConfig(graph_source="distilled", n_min=1))
+    g.add_iteration([([e, e, e], False), ([e], True)])  # counted per episode, as trajectories
+    assert g.counts(e) == (1, 1) and g.validity(e) == pytest.approx(0.5)
+    assert ReferenceGraph(ProASConfig(graph_source="rules")).validity(("never seen", "look")) == 1.0  # v_unk
+    g = ReferenceGraph(ProASConfig(graph_source="distilled", n_min=1, prior_a=2.0, prior_b=1.0))
+    g.add_iteration([([e], True)])
+    assert g.validity(e) == pytest.approx((1 + 2) / (1 + 2 + 1))
+    g = ReferenceGraph(ProASConfig(graph_source="both", n_min=2))
+    g.observe_state("A", ["look"])
+    g.add_iteration([([e], True), ([e], False)])  # v = 0.5 = θ_v: valid, as the rules say
+    assert g.validity(e) == pytest.approx(0.5) and g.stats()["graph_rule_agreement"] == 1.0

@@ -232,3 +232,9 @@ def test_search_prunes_keeps_partial_results_and_reports_savings(micro_project, 
     html = (runs / "pr" / "report.html").read_text()
     assert "Hypervolume" in html and "pruning stopped 1 trial(s) early" in html
     assert math.isfinite(summary.trials[1].cost["saved_s"])
+
+
+def test_no_checkpoint_on_the_last_step():
+    """A test audit's mutation (stop 33): a checkpoint allowed on a trial's last step (an evaluation that can save
+    nothing) passed every test."""
+    assert Pruner(OBJ, fractions=(0.95,)).checkpoints(6) == {}
