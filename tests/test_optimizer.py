@@ -778,3 +778,35 @@ def test_pareto_mask_keeps_identical_points_and_reads_directions():
 
     assert pareto_mask(np.array([[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]]), [True, True]).tolist() == [True, True, False]
     assert pareto_mask(np.array([[1.0, 1.0], [0.0, 0.0]]), [False, False]).tolist() == [False, True]
+
+
+def test_moves_and_codes_at_their_edges() -> None:
+    """A test audit's mutations (stop 33) that passed every test: perturb at 0 < flip < 1 leaving noise in the
+    one-hot blocks it does not redraw, a crossover whose mixture is parent A's, encode not clipping a value past
+    its range (a recipe from before a redesign narrowed it), decode taking |w| instead of clipping negative
+    simplex weights at 0, and the reference point of a constant objective with magnitude below 1."""
+    from sro.optimizer.hypervolume import reference_point
+
+    enc = RecipeEncoder(full_space())
+    gen = torch.Generator().manual_seed(0)
+    X = enc.encode_many([enc.decode(torch.rand(enc.dim, generator=gen, dtype=torch.float64)) for _ in range(64)])
+    Y = enc.perturb(X, 0.1, 0.5, gen)
+    for b in enc.blocks:
+        if b.one_hot:  # every block kept as it was (all 0 where inactive) or redrawn one hot
+            kept = torch.all(Y[:, b.cols] == X[:, b.cols], dim=1)
+            assert set(Y[:, b.cols].flatten().tolist()) <= {0.0, 1.0} and torch.all(kept | (Y[:, b.cols].sum(1) == 1))
+    XB = X.roll(1, dims=0)
+    C = enc.crossover(X, XB, gen)
+    mix = next(b for b in enc.blocks if b.param is None)
+    differ = ~torch.all(X[:, mix.cols] == XB[:, mix.cols], dim=1)
+    blended = ~torch.all(C[:, mix.cols] == X[:, mix.cols], dim=1) & ~torch.all(C[:, mix.cols] == XB[:, mix.cols], dim=1)
+    assert differ.any() and blended[differ].float().mean() > 0.9  # a blend of both parents, almost never one
+    v = {"algorithm": "sft", "lr": 1e-4, "steps": 10, "group": 64, "lora": True,
+         "mix.arith": 0.2, "mix.agent": 0.3, "mix.code": 0.5}
+    assert float(enc.encode({**v, "lr": 5e-2})[3]) == 1.0 and float(enc.encode({**v, "lr": 1e-9})[3]) == 0.0
+    x = enc.encode(v)
+    x[mix.cols] = torch.tensor([-0.2, 0.6, 0.6], dtype=x.dtype)
+    w = enc.decode(x)
+    assert [w[m] for m in mix.members] == [0.0, 0.5, 0.5]
+    assert reference_point(torch.tensor([[0.5], [0.5]])).tolist() == pytest.approx([0.4])  # margin × 1, not × 0.5
+    assert reference_point(torch.tensor([[0.0], [0.0]])).tolist() == pytest.approx([-0.1])  # below the only trial
