@@ -519,7 +519,9 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str, t
     except PluginError as e:
         raise ConfigError(f"{where}: {e}") from None
 
-    if looks_like_path(project.base_model):  # relative to the project's folder, as jsonl: paths are
+    # relative to the project's folder, as jsonl: paths are; `models/qwen` there is a folder, not a hub id
+    if looks_like_path(project.base_model) or (project.base_model != "tiny"
+                                               and (base_dir / project.base_model).is_dir()):
         given = project.base_model
         project.base_model = str((base_dir / Path(given).expanduser()).resolve())
         if missing_local_folder(project.base_model):

@@ -15,7 +15,7 @@ import torch
 
 from evaluators.benchmark import Benchmark
 from evaluators.sources import Task, derive_seed, make_task, normalize
-from sro.config import CONFIDENCE_METRICS, EPISODE_METRICS, ProjectConfig
+from sro.config import CONFIDENCE_METRICS, EPISODE_METRICS, ConfigError, ProjectConfig
 from sro.recipe import MIX_PREFIX, Recipe
 from trainers.evaluate import evaluate
 from trainers.algorithms import STAGES, RecipeValueError, config_for, sft_config_for
@@ -24,7 +24,7 @@ from trainers.mixture import Mixture
 from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes, multi_turn_config
 from trainers.sft import sft
 from trainers.processing import RATED_ITEMS, OPERATORS, item_filter, needs_pass_rates, pass_rate_table, processing_values
-from trainers.models import load_policy
+from trainers.models import ModelLoadError, hub_offline, load_policy, looks_like_path
 from trainers.tiny import TinySpec, ensure_tiny, tiny_cached, tiny_folder
 
 PRETRAIN_PAIRS = 4000
@@ -114,6 +114,11 @@ class SearchContext:
     def prepare(cls, project: ProjectConfig, cache_dir: str | Path,
                 log: Callable[[str], None] = print,
                 pretrain_progress: Callable[[int, float], None] | None = None) -> SearchContext:
+        if project.base_model != "tiny" and not looks_like_path(project.base_model):  # an HF id: before the data
+            try:
+                hub_offline(project.base_model)
+            except ModelLoadError as e:
+                raise ConfigError(f"{project._source or 'project'}: base_model: {e}") from None
         threads = project.runtime.threads or os.cpu_count() or 1
         torch.set_num_threads(threads)
         benchmarks: dict[str, Benchmark] = {}

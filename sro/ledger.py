@@ -33,7 +33,8 @@ from typing import Any
 import optuna
 import sqlalchemy.exc
 from optuna.exceptions import ExperimentalWarning, StorageInternalError, UpdateFinishedTrialError
-from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
+from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution,
+                                  check_distribution_compatibility)
 from optuna.trial import FrozenTrial, TrialState
 
 from sro.budget import Spent
@@ -211,6 +212,8 @@ class Ledger:
         """Trial ids whose outcome this worker recorded (a second outcome of one of them is ignored)."""
         self.withdrawal = ""
         """Why the last `start` returned None."""
+        self.changed: list[str] = []
+        """How the project differs from the one a study that holds no score was made with (taken)."""
         for attempt in range(5):
             try:
                 if not create and not _has_tables(opened):  # Optuna's open would create them
@@ -260,7 +263,15 @@ class Ledger:
         kept, now = self.get("scored_on"), scored_on(project)
         if kept is None:  # a new study, or one older than this check
             self.put("scored_on", now)
-        elif (differ := _differences(kept, now)):
+        elif (differ := _differences(kept, now)) and not any(
+                t.state != TrialState.FAIL or "scores" in t.user_attrs or "intermediate" in t.user_attrs
+                for t in self.study.get_trials(deepcopy=False)):
+            # nothing scored (a first search stopped by a bad base model, or whose trials all failed): there is
+            # nothing to compare, so the study takes the mended project, its base model scored again
+            self.put("scored_on", now)
+            self.put("base_scores", None)
+            self.changed = differ
+        elif differ:
             more = f" (and {len(differ) - 3} more)" if len(differ) > 3 else ""
             raise ConfigError(f"study {project.name!r} in {self.run_dir} was scored with another project: "
                               f"{'; '.join(differ[:3])}{more}; its trials would be compared with trials measured "
@@ -369,7 +380,7 @@ class Ledger:
         marked failed with `withdrawn`, which `records` skips. While the trial runs, a thread records
         its heartbeat (`Ledger.recover`).
         """
-        dists = distributions(space, recipe.values)
+        dists = self._columns(distributions(space, recipe.values), recipe.values)
         frozen = optuna.trial.create_trial(
             state=TrialState.RUNNING, params={k: recipe.values[k] for k in dists}, distributions=dists,
             user_attrs={"recipe": recipe.to_dict(), "key": recipe.key, "pid": os.getpid(),
@@ -393,6 +404,31 @@ class Ledger:
             return trial
         self.withdraw(trial, self.withdrawal)
         return None
+
+    def _columns(self, dists: dict[str, BaseDistribution], values: dict[str, Any]) -> dict[str, BaseDistribution]:
+        """The distributions a trial's param columns are recorded under. Optuna's storage refuses a parameter
+        whose distribution differs from the one the study first recorded for its name in kind, in log scale
+        or (a categorical) in its choices: after a space edit (a choice added, a scale changed) such a value
+        is recorded under the study's first distribution where that holds it, and left out of the columns
+        where it does not. The columns are for Optuna's own tools; the search reads the recipe, kept whole."""
+        first: dict[str, BaseDistribution] = {}
+        for t in self.study.get_trials(deepcopy=False):
+            for k, d in t.distributions.items():
+                first.setdefault(k, d)
+        out: dict[str, BaseDistribution] = {}
+        for k, d in dists.items():
+            was = first.get(k)
+            try:
+                if was is not None:
+                    check_distribution_compatibility(was, d)
+                out[k] = d
+            except ValueError:
+                try:
+                    if was is not None and was._contains(was.to_internal_repr(values[k])):
+                        out[k] = was
+                except (ValueError, TypeError):
+                    pass
+        return out
 
     def withdraw(self, trial: optuna.Trial, why: str) -> None:
         """Take back a claim that trained nothing: recorded FAIL with `withdrawn` (which `records` skips)."""

@@ -157,6 +157,20 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
             raise SpaceError(f"{where}: " + e.located({k: f"fixed.{k}" for k in e.keys}) + hint) from None
     except (KeyError, ValueError, TypeError):
         pass  # not a value's fault alone (an unknown setting's name, ...): the trials say it
+    # each choice of a categorical knob at the centre of the rest: a choice refused whatever else is drawn
+    # (an unknown algorithm `ppo`, proximal_kl in an agent project) failed every trial that drew it
+    for i, p in enumerate(space.params):
+        for c in p.choices or [] if p.kind == "categorical" else []:
+            u = np.full(space.dim, 0.5)
+            u[i] = p.to_unit(c)
+            try:
+                check_recipe(Recipe(space.from_unit(u), dict(space.fixed)), project.seed, multi_turn=project.multi_turn)
+            except RecipeValueError as e:
+                if e.keys == (p.name,):
+                    raise SpaceError(f"{where}: " + e.located({p.name: f"params.{p.name}.choices"})
+                                     + f"; remove {c!r} from that list" + (f"; {mend}" if shared else "")) from None
+            except (KeyError, ValueError, TypeError):
+                pass
 
 
 MAX_CRASHES = 3
@@ -396,6 +410,11 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     _check_gpu_budget(budget, project, console)
     run_dir = runs_root / project.name
     ledger = Ledger(project, run_dir)
+    if ledger.changed:
+        more = f" (and {len(ledger.changed) - 3} more)" if len(ledger.changed) > 3 else ""
+        console.print(f"the project changed since {run_dir} was started ({escape('; '.join(ledger.changed[:3]))}"
+                      f"{more}); no trial there holds a score, so the study takes it as it is now",
+                      highlight=False)
     # atomic: a kill while it is written must not leave the run's project unreadable
     write_whole(run_dir / "project.yaml", yaml.safe_dump(project.portable_dump(), sort_keys=False))
     history = ledger.records()
@@ -414,10 +433,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     # a written space (or the study's shared one): a bad fixed setting, and in a new study a start recipe
     # outside it, fail now, not after the base model's preparation and scoring (minutes with a real model);
     # a designed space is checked once designed
-    try:
-        written = _written_space(run_dir)
-    except SpaceError:
-        written = None  # `load_space` reports it below
+    written = _written_space(run_dir)  # a broken hand edit (bad YAML, low > high) is named now, not after the set-up
     shared = ledger.shared_space()
     at_hand = shared if shared is not None and (written is None or shared.version > written.version) else written
     if at_hand is not None:

@@ -277,7 +277,12 @@ def test_a_relative_base_model_path_is_read_from_the_projects_folder(micro_proje
     project = load_project(path)
     assert project.base_model == str((tmp_path / "mymodel").resolve())
     assert yaml.safe_load(yaml.safe_dump(project.portable_dump()))["base_model"] == project.base_model
-    path.write_text(path.read_text().replace("./mymodel", "./nomodel"))
+    # `models/mine` without ./ there is that folder, not a hub id (it was sent to the hub, read from the cwd)
+    (tmp_path / "models").mkdir()
+    (tmp_path / "mymodel").rename(tmp_path / "models" / "mine")
+    path.write_text(path.read_text().replace("./mymodel", "models/mine"))
+    assert load_project(path).base_model == str((tmp_path / "models" / "mine").resolve())
+    path.write_text(path.read_text().replace("models/mine", "./nomodel"))
     with pytest.raises(ConfigError, match=r"base_model: ./nomodel: no such folder \(.*nomodel; a relative"):
         load_project(path)
 

@@ -114,7 +114,7 @@ def test_an_hf_id_without_an_owner_is_looked_up_offline(monkeypatch):
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HOME", "/nonexistent-sro-hf-home")
-    with pytest.raises(ModelLoadError, match="cannot load tokenizer gpt2") as e:
+    with pytest.raises(ModelLoadError, match="gpt2: not in the local HF cache") as e:
         load_policy("gpt2", "cpu")
     assert "neither a local folder" not in str(e.value)
 
@@ -229,3 +229,59 @@ def test_completion_logits_at_the_completion_only_match_the_full_forward(tmp_pat
 
     plain = token_logprobs(completion_logits(NoKeep(), ids, att, L, temperature=0.7), ids[:, L:])[0]
     assert torch.allclose(plain, old, atol=1e-5)
+
+
+def test_an_hf_id_loads_from_the_local_cache_when_the_hub_is_out_of_reach(tmp_path, monkeypatch):
+    """An HF model id on a machine that cannot reach the hub: transformers retried for ~50 s before it said
+    it could not connect, even for a model in the local cache (a walkthrough, stop 34). The hub is now asked
+    once (`hub_offline`): out of reach, a cached id loads from the cache at once, an uncached one is a
+    `ModelLoadError` with the fix; an id the hub does not know says so. The cache here is a real HF cache
+    layout (refs/main → snapshot) holding the embedded model, loaded through the same from_pretrained."""
+    import shutil
+    import time
+
+    import huggingface_hub
+    import httpx2
+    from huggingface_hub import constants
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from trainers import models
+
+    folder = ensure_tiny(PAIRS, tmp_path / "built", SPEC)
+    snapshot = tmp_path / "hub" / "models--sro-test--tiny" / "snapshots" / "0123abcd"
+    shutil.copytree(folder, snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "is_offline_mode", lambda: False)
+    asked = []
+
+    def unreachable(model_id, **kw):
+        asked.append(model_id)
+        raise httpx2.ConnectError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
+    models.hub_offline.cache_clear()
+    t = time.monotonic()
+    model, tok = load_policy("sro-test/tiny", "cpu")
+    assert time.monotonic() - t < 20 and asked == ["sro-test/tiny"]  # asked once, for tokenizer and model both
+    ids = tok("Calculate 2 + 3.", return_tensors="pt").input_ids
+    assert model(ids).logits.shape[-1] == model.config.vocab_size
+    with pytest.raises(ModelLoadError, match=r"sro-test/other: the hub cannot be reached from here \(ConnectError: "
+                                             r"\[Errno -2\].*not in the local HF cache .*`hf download sro-test/other`"):
+        load_policy("sro-test/other", "cpu")
+
+    def unknown(model_id, **kw):
+        request = httpx2.Request("GET", f"https://huggingface.co/api/models/{model_id}")
+        raise RepositoryNotFoundError("404", response=httpx2.Response(404, request=request))
+
+    monkeypatch.setattr(huggingface_hub, "model_info", unknown)
+    models.hub_offline.cache_clear()
+    with pytest.raises(ModelLoadError, match=r"sro-test/typo: no such model on the hub .*check the id"):
+        load_policy("sro-test/typo", "cpu")
+    monkeypatch.setattr(constants, "is_offline_mode", lambda: True)  # HF_HUB_OFFLINE: the hub is not asked
+    models.hub_offline.cache_clear()
+    assert models.hub_offline("sro-test/tiny") is True
+    with pytest.raises(ModelLoadError, match="sro-test/typo: not in the local HF cache .* HF_HUB_OFFLINE is set"):
+        models.hub_offline("sro-test/typo")
+    models.hub_offline.cache_clear()

@@ -230,6 +230,11 @@ def test_search_refuses_a_bad_fixed_setting_of_the_space_before_the_base_model(t
      "no part of a trial reads 'proas.lamb' (did you mean 'proas.lam'?)"),
     ({"params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003}}, "fixed": {"zzz_unheard": 1}},
      "no part of a trial reads 'zzz_unheard' (known keys: "),
+    # a choice no trial can train: every trial that drew it failed, after the set-up (a walkthrough, stop 34)
+    ({"params": {"algorithm": {"kind": "categorical", "choices": ["grpo", "ppo"]}}},
+     "params.algorithm.choices: unknown algorithm 'ppo'; known: cispo, "),
+    ({"params": {"algorithm": {"kind": "categorical", "choices": ["proximal_kl", "proas"]}}},
+     "params.algorithm.choices: proximal_kl is not declared for multi-turn domains"),
 ])
 def test_search_refuses_a_space_key_no_trial_reads_before_the_base_model(tmp_path, monkeypatch, space, needle):
     """A hand-edited space.yaml with a misspelt key: `sro search` names the file, the key and the nearest
@@ -244,6 +249,26 @@ def test_search_refuses_a_space_key_no_trial_reads_before_the_base_model(tmp_pat
     r = run_here("search", str(project), "--runs", str(tmp_path / "runs"))
     assert r.exit_code == 2 and f"error: {path}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
     assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("version: 1\nparams:\n  lr: {kind: float, low: 0.01, high: 0.001}\n", "needs low <= high (got 0.01, 0.001)"),
+    ("version: 1\nparams:\n  lr: {kind: float, low: fast, high: 0.001}\n", "low must be a number (got 'fast')"),
+    ("version: 1\nparams:\n  lr: {kind: floaty, low: 0.1, high: 0.2}\n", "kind must be float, int, categorical"),
+    ("version: 1\nparams:\n  lr: {kind: float, low: 0.1, high: 0.2\n", "not valid YAML"),
+])
+def test_a_broken_space_file_is_named_before_the_base_model(tmp_path, monkeypatch, text, needle):
+    """A hand edit that leaves space.yaml no space at all was reported only after the benchmarks and the base
+    model had been prepared (minutes with a real model; a walkthrough, stop 34)."""
+    _nothing_prepared(monkeypatch)
+    project = tmp_path / "c.yaml"
+    project.write_text(yaml.safe_dump(CORRIDOR))
+    path = tmp_path / "runs" / "c" / "space.yaml"
+    path.parent.mkdir(parents=True)
+    path.write_text(text)
+    r = run_here("search", str(project), "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and f"error: {path}: " in " ".join(r.stderr.split()), r.output[-2000:]
+    assert needle in " ".join(r.stderr.split()) and "Traceback" not in r.output
 
 
 def test_a_fixed_setting_refused_only_beside_a_searched_value_is_left_to_the_trials(tmp_path):
@@ -1021,12 +1046,62 @@ def test_read_commands_roll_back_a_killed_write_or_say_why_they_cannot(micro_pro
         Ledger(project, run_dir, create=False)
 
 
+def _scored_once(ledger: Ledger) -> None:
+    """A finished trial in `ledger`'s study (of SMALL_SPACE's first Sobol recipe), so it holds a score."""
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    t = ledger.start(Recipe(space.sobol(1, seed=len(ledger.records()))[0], dict(space.fixed)), space)
+    assert t is not None, ledger.withdrawal
+    ledger.finish(t, dict.fromkeys([k for k, _ in ledger.objectives if k != "cost"], 0.5),
+                  {"wall_s": 1.0, "tokens": 0.0, "gpu_h": 0.0}, [])
+
+
+def test_a_search_stopped_before_any_score_takes_the_mended_project(micro_project, tmp_path, monkeypatch):
+    """A first search stopped by a bad base model (an HF id the hub cannot be reached for) made its study,
+    and the mended project was then refused as "scored with another project" though nothing had been
+    scored (a walkthrough, stop 34): a study that holds no score takes the project as it is now, and says
+    so. The hub id is refused in one line naming the file and key, before any benchmark is prepared."""
+    import time
+
+    import httpx2
+    import huggingface_hub
+
+    from trainers import models
+
+    def unreachable(model_id, **kw):
+        raise httpx2.ConnectError("[Errno -2] Name or service not known")
+
+    monkeypatch.setattr(huggingface_hub, "model_info", unreachable)
+    monkeypatch.setattr(huggingface_hub.constants, "is_offline_mode", lambda: False)  # (the suite's env sets it)
+    models.hub_offline.cache_clear()
+    path, runs = micro_project("mended"), tmp_path / "runs"
+    text = path.read_text()
+    path.write_text(text.replace("base_model: tiny", "base_model: sro-test/nohub"))
+    t = time.monotonic()
+    r = run_here("search", str(path), "--budget", "1trials", "--runs", str(runs))
+    err = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and f"error: {path}: base_model: sro-test/nohub: the hub cannot be reached" in err, err
+    assert "hf download sro-test/nohub" in err and time.monotonic() - t < 20
+    assert (runs / "mended" / "study.db").is_file() and "arithmetic/add" not in r.stdout
+    path.write_text(text)  # mended
+    _nothing_prepared(monkeypatch)
+    r = run_here("search", str(path), "--budget", "1trials", "--runs", str(runs))
+    out = " ".join(r.stdout.split())
+    assert "the project changed since" in out and 'base_model: "sro-test/nohub" → "tiny"' in out, r.output
+    assert isinstance(r.exception, AssertionError) and "prepared" in str(r.exception)  # it went on to the set-up
+    ledger = Ledger(load_project(path), runs / "mended")  # the study took it: opened again without a word
+    assert not ledger.changed
+    _scored_once(ledger)  # once a trial holds a score, a change is refused as before
+    path.write_text(text.replace("size: 24", "size: 12"))
+    r = run_here("search", str(path), "--budget", "2trials", "--runs", str(runs))
+    assert r.exit_code == 2 and "scored with another project" in r.stderr, r.output
+
+
 def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_project, tmp_path):
     """The same name with another benchmark size (or sources, seed, base model) was resumed and its old
     trials compared with the new ones (a review, stop 28); what only steers the search may change."""
     from sro.config import ConfigError
 
-    Ledger(load_project(micro_project("same")), tmp_path / "same")
+    _scored_once(Ledger(load_project(micro_project("same")), tmp_path / "same"))
     text = micro_project("same").read_text()
     edited = micro_project("same", "heartbeat_s: 30\npruning: {enabled: false}\n")  # steering only: resumes
     Ledger(load_project(edited), tmp_path / "same")
@@ -1043,7 +1118,7 @@ def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_proj
         (tmp_path / where / "p.yaml").write_text(
             "name: files\ndomains:\n  m:\n    sources: [{jsonl: data/q.jsonl}]\n"
             "    benchmarks: [{name: q, jsonl: data/q.jsonl}]\n")
-        Ledger(load_project(tmp_path / where / "p.yaml"), tmp_path / "files")
+        _scored_once(Ledger(load_project(tmp_path / where / "p.yaml"), tmp_path / "files"))
     (tmp_path / "b" / "data" / "q.jsonl").write_text('{"question": "1+1", "answer": "3"}\n' * 3)
     with pytest.raises(ConfigError, match=r"domains\.m\.sources\[0\]\.jsonl: \"q\.jsonl \(sha256 "):
         Ledger(load_project(tmp_path / "b" / "p.yaml"), tmp_path / "files")
@@ -1052,7 +1127,7 @@ def test_a_study_refuses_a_project_changed_where_its_scores_come_from(micro_proj
 
     (tmp_path / "files" / "project.yaml").write_text(yaml.safe_dump(load_project(tmp_path / "b" / "p.yaml")
                                                                     .portable_dump()))
-    assert _load(tmp_path / "files")[1] == []
+    assert [r.state for r in _load(tmp_path / "files")[1]] == ["complete", "complete"]
     from sro.ledger import _differences
 
     old = {"domains": {"a": {"sources": [{"reasoning_gym": "x", "jsonl": None}]}}}
@@ -1156,3 +1231,32 @@ def test_ctrl_c_between_a_result_and_its_end_keeps_the_result(micro_project, tmp
     ledger.interrupt(t, [], {"wall_s": 3.0})  # what the search does on the KeyboardInterrupt
     [rec] = ledger.records()
     assert rec.state == "complete" and rec.scores == {"arithmetic/add": 0.5} and not ledger._beats
+
+
+def test_a_space_edited_under_a_study_records_the_next_trials(micro_project, tmp_path):
+    """README: edit a choice list (or a scale) in space.yaml and rerun. The next trial's claim crashed with
+    Optuna's "CategoricalDistribution does not support dynamic value space" (a walkthrough, stop 34): the
+    study's param columns must keep the distribution its first trial recorded. Now a value the old
+    distribution holds is recorded under it, one it cannot hold is left out of the columns (the recipe,
+    which the search reads, is whole either way)."""
+    project = load_project(micro_project())
+    ledger = Ledger(project, tmp_path / "edited")
+    old = RecipeSpace.from_yaml(SMALL_SPACE.replace("fixed: {algorithm: grpo, max_new_tokens: 4}",
+                                                    "fixed: {max_new_tokens: 4}")
+                                + "  algorithm: {kind: categorical, choices: [grpo, sft], why: t}\n")
+    new = RecipeSpace.from_yaml(old.to_yaml().replace("- grpo\n", "- grpo\n    - proximal_kl\n")
+                                .replace("log: true", "log: false").replace("version: 1", "version: 2"))
+    assert new.param("algorithm").choices == ["grpo", "proximal_kl", "sft"] and not new.param("lr").log
+    first = {"lr": 0.002, "group_size": 4, "prompts_per_step": 4, "steps": 2, "algorithm": "sft"}
+    t = ledger.start(Recipe(first, dict(old.fixed)), old)
+    ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 1.0, "tokens": 0.0, "gpu_h": 0.0}, [])
+    for values in ({**first, "algorithm": "proximal_kl"}, {**first, "algorithm": "grpo", "lr": 0.0025}):
+        t = ledger.start(Recipe(values, dict(new.fixed)), new)
+        assert t is not None, ledger.withdrawal
+        ledger.finish(t, {"arithmetic/add": 0.6}, {"wall_s": 1.0, "tokens": 0.0, "gpu_h": 0.0}, [])
+    recs = Ledger(project, tmp_path / "edited").records()
+    assert [r.state for r in recs] == ["complete"] * 3
+    assert [r.recipe.values["algorithm"] for r in recs] == ["sft", "proximal_kl", "grpo"]
+    trials = ledger.study.get_trials()
+    assert "algorithm" not in trials[1].params and trials[1].params["lr"] == 0.002  # under the old log scale
+    assert trials[2].params["algorithm"] == "grpo" and trials[2].distributions["lr"].log

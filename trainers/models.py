@@ -3,6 +3,7 @@ then loaded through the very same `AutoModelForCausalLM` / `AutoTokenizer` calls
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -74,12 +75,55 @@ def _quiet_hub() -> None:
     hf_logging.disable_progress_bar()  # SRO draws its own progress; per-load bars would flood the log
 
 
+@functools.lru_cache(maxsize=None)
+def hub_offline(model_id: str) -> bool:
+    """For an HF model id: True when it must load from the local HF cache only (the hub cannot be reached
+    here, or HF_HUB_OFFLINE is set), False when the hub answers for it. Raises `ModelLoadError` with the fix
+    when the hub has no such model, or cannot be reached and the cache lacks it: transformers took ~50 s of
+    retries to say it could not connect (a walkthrough, stop 34), and then retried again for the model."""
+    import huggingface_hub
+    from huggingface_hub import constants
+    from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
+
+    cached = isinstance(huggingface_hub.try_to_load_from_cache(model_id, "config.json"), str)
+    if constants.is_offline_mode():
+        if cached:
+            return True
+        raise ModelLoadError(f"{model_id}: not in the local HF cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE "
+                             f"is set; download it where the hub is reachable (`hf download {model_id}`) into "
+                             "that cache, or give a local model folder")
+    try:
+        huggingface_hub.model_info(model_id, timeout=10)
+    except GatedRepoError:
+        raise ModelLoadError(f"{model_id}: a gated model on the hub; accept its terms on its hub page and log in "
+                             "here (`hf auth login`, or set HF_TOKEN)") from None
+    except RepositoryNotFoundError:
+        raise ModelLoadError(f"{model_id}: no such model on the hub (or a private one: log in with `hf auth "
+                             "login`); check the id (org/name), or give a local folder as ./path") from None
+    except HfHubHTTPError:
+        return False  # the hub answers, with another error: transformers says what it is
+    except Exception as e:  # noqa: BLE001 -- the network's own errors (DNS, refused, timeout) have no common base
+        if cached:
+            return True
+        raise ModelLoadError(f"{model_id}: the hub cannot be reached from here ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else 'no answer'}) and the model is not in the "
+                             f"local HF cache ({constants.HF_HUB_CACHE}); download it where the hub is reachable "
+                             f"(`hf download {model_id}`) and copy that cache here, or save it with "
+                             "save_pretrained() and give its folder as ./path") from None
+    return False
+
+
+def _hub_kwargs(src: str) -> dict[str, bool]:
+    """`local_files_only` for from_pretrained: an HF id whose hub is out of reach loads from the cache."""
+    return {} if looks_like_path(src) or Path(src).is_dir() else {"local_files_only": hub_offline(src)}
+
+
 def load_tokenizer(name_or_path: str | os.PathLike[str]):
     from transformers import AutoTokenizer
 
     _quiet_hub()
     try:
-        tok = AutoTokenizer.from_pretrained(str(name_or_path))
+        tok = AutoTokenizer.from_pretrained(str(name_or_path), **_hub_kwargs(str(name_or_path)))
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot load tokenizer {name_or_path!s}: {str(e).splitlines()[0]}") from None
     if tok.pad_token is None:
@@ -142,7 +186,7 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", trai
     src = str(Path(src).expanduser()) if looks_like_path(src) else src
     tok = load_tokenizer(src)
     try:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=pick_dtype(dev, training))
+        model = AutoModelForCausalLM.from_pretrained(src, dtype=pick_dtype(dev, training), **_hub_kwargs(src))
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot load model {src}: {str(e).splitlines()[0]}") from None
     model.to(dev).eval()
