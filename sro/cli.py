@@ -278,12 +278,14 @@ def train(
 def _check_recipe_keys(rec, proj, path: Path) -> None:
     """A recipe key that no part of a trial reads (a typo such as `lrr`) is an error, not silently ignored."""
     from sro.config import ConfigError
-    from sro.executor import unread_keys
+    from sro.executor import unread_keys, weight_problem
 
     unknown, hints = unread_keys(set(rec.values) | set(rec.fixed), proj)
     if unknown:
         raise ConfigError(f"{path}: recipe: no part of a trial reads {hints}; fix or remove "
                           f"{'it' if len(unknown) == 1 else 'them'}")
+    if (problem := weight_problem(rec, proj)) is not None:
+        raise ConfigError(f"{path}: recipe: {problem}")
 
 
 def main() -> None:

@@ -405,6 +405,10 @@ def _explain(err: dict[str, Any]) -> str:
         return f"unknown key; {fix}"
     if kind == "missing":
         return "required key is missing; add it"
+    if kind == "literal_error":  # one of a fixed set: what was given, and the nearest allowed value
+        allowed = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
+        near = difflib.get_close_matches(str(err.get("input")), allowed, n=1)
+        return f"{msg} (got {err.get('input')!r}" + (f"; did you mean {near[0]!r}?)" if near else ")")
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     return f"{msg} (got {err.get('input')!r})" if kind.endswith(("_type", "_parsing")) else msg
@@ -500,11 +504,16 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str, t
     try:
         project = ProjectConfig.model_validate(data)
     except ValidationError as e:
-        # an unknown key first: a misspelt required key is also "missing", and its did-you-mean is the fix
-        err = min(e.errors(), key=lambda x: x["type"] != "extra_forbidden")
-        more = f" (and {e.error_count() - 1} more)" if e.error_count() > 1 else ""
-        at = f"{_key_path(err['loc'])}: " if err["loc"] else ""  # a whole-project check names its keys itself
-        raise ConfigError(f"{where}: {at}{_explain(err)}{more}") from None
+        # unknown keys first: a misspelt required key is also "missing", and its did-you-mean is the fix; up to
+        # three said, each at its key (a second one was "(and 1 more)", unnamed)
+        errs = sorted(e.errors(), key=lambda x: x["type"] != "extra_forbidden")
+        typos = {(tuple(x["loc"][:-1]), m) for x in errs if x["type"] == "extra_forbidden"
+                 for m in difflib.get_close_matches(str(x["loc"][-1]), _known_keys(tuple(x["loc"])), n=1)}
+        errs = [x for x in errs if x["type"] != "missing" or (tuple(x["loc"][:-1]), x["loc"][-1]) not in typos]
+        more = f" (and {len(errs) - 3} more)" if len(errs) > 3 else ""
+        said = [(f"{_key_path(err['loc'])}: " if err["loc"] else "") + _explain(err)  # a whole-project check
+                for err in errs[:3]]                                                # names its keys itself
+        raise ConfigError(f"{where}: {'; '.join(said)}{more}") from None
     if trains and project.runtime.rollout_backend != "hf":  # refused here, not in every trial of the search
         from trainers.backends import unavailable
 

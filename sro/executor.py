@@ -386,6 +386,29 @@ def unread_keys(keys: Collection[str], project: ProjectConfig) -> tuple[list[str
     return unknown, ", ".join(hints) + (f" (known keys: {', '.join(sorted(known))})" if lost else "")
 
 
+def weight_problem(recipe: Recipe, project: ProjectConfig) -> str | None:
+    """What is wrong with the recipe's mixture weights (`mix.<domain>`, `src.<domain>.<i>`), or None: a group
+    given must be whole (every domain, every source of the domain), numbers >= 0 that sum to 1, as a search
+    space's simplexes draw them and start recipes must give them. `sro train` renormalized any, silently
+    (a walkthrough, stop 34: `mix.a: 0.5, mix.b: 0.75` trained at 0.4 / 0.6)."""
+    values = {**recipe.fixed, **recipe.values}
+    groups = [[f"{MIX_PREFIX}{d}" for d in project.domains]]
+    groups += [[f"{SOURCE_PREFIX}{d}.{i}" for i in range(len(dom.sources))] for d, dom in project.domains.items()]
+    for keys in groups:
+        given = {k: values[k] for k in keys if k in values}
+        if not given:
+            continue
+        if len(given) < len(keys):
+            return (f"{', '.join(sorted(given))} given without {', '.join(k for k in keys if k not in given)}; "
+                    "give every weight of the group (summing to 1), or none for equal weights")
+        w = list(given.values())
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w) \
+                or min(w) < 0 or abs(sum(w) - 1) > 1e-3:
+            total = f" (they sum to {sum(w):.4g})" if all(isinstance(x, (int, float)) for x in w) else ""
+            return f"weights {given} must be numbers >= 0 that sum to 1{total}; mend them"
+    return None
+
+
 def source_weights(recipe: Recipe, tasks: dict[str, list[Task]]) -> dict[str, list[float]]:
     """Per domain, the recipe's weight of each source (`src.<domain>.<i>`); domains it leaves out draw
     their sources uniformly."""

@@ -241,11 +241,19 @@ class RecipeSpace:
         encoding read it): a value carried for an inactive parent activates nothing (until stop 30 it
         did, and a trial run before a redesign added that parent's condition read as outside the space)."""
         active_values: dict[str, Any] = {}
+        missing = []  # all of them at once: a start recipe written by hand was refused one name per run
         for p in self.params:  # parents precede children
+            if self.is_active(p, active_values):
+                if p.name in values:
+                    active_values[p.name] = values[p.name]
+                else:
+                    missing.append(repr(p.name))
+        if missing:
+            raise SpaceError(f"recipe lacks {', '.join(missing)}")
+        active_values = {}
+        for p in self.params:
             if not self.is_active(p, active_values):
                 continue
-            if p.name not in values:
-                raise SpaceError(f"recipe lacks {p.name!r}")
             active_values[p.name] = values[p.name]
             if not p.contains(values[p.name]):
                 v = values[p.name]

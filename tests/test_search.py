@@ -140,6 +140,10 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     ({"proc.min_len": 3.7}, "recipe.values.proc.min_len=3.7 must be a whole number"),
     ({"proc.dedup": "yes"}, "recipe.values.proc.dedup='yes' must be true or false"),
     ({"proc.difficulty_high": "high"}, "recipe.values.proc.difficulty_high='high' must be a number"),
+    # weights that do not sum to 1 were renormalized without a word (start recipes refuse them)
+    ({"mix.arithmetic": 0.5}, "recipe: weights {'mix.arithmetic': 0.5} must be numbers >= 0 that sum to 1 "
+                              "(they sum to 0.5)"),
+    ({"src.arithmetic.0": "x"}, "recipe: weights {'src.arithmetic.0': 'x'} must be numbers >= 0 that sum to 1; "),
 ])
 def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, needle):
     """`sro train` on a recipe whose value the trainer refuses: one line naming the file and the key
@@ -159,6 +163,21 @@ def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, ne
     assert r.exit_code == 2 and f"error: {path}: {needle}" in " ".join(r.stderr.split()), r.output[-2000:]
     assert "Traceback" not in r.output and "scoring the base model" not in r.stdout
     assert not (tmp_path / "runs").exists()  # nothing loaded or built
+
+
+def test_a_mixture_given_in_part_is_refused_and_a_whole_one_taken():
+    from sro.config import project_from_data
+    from sro.executor import weight_problem
+
+    src = {"sources": [{"reasoning_gym": "basic_arithmetic"}, {"reasoning_gym": "basic_arithmetic"}],
+           "benchmarks": [{"name": "b", "reasoning_gym": "basic_arithmetic", "size": 4}]}
+    project = project_from_data({"name": "two", "domains": {"a": src, "b": src}}, ".", "two.yaml")
+    assert weight_problem(Recipe({"mix.a": 0.25, "mix.b": 0.75, "src.b.0": 1.0, "src.b.1": 0.0}, {}), project) is None
+    assert weight_problem(Recipe({"lr": 0.1}, {}), project) is None  # none given: equal weights
+    assert weight_problem(Recipe({"mix.a": 1.0}, {}), project) == (
+        "mix.a given without mix.b; give every weight of the group (summing to 1), or none for equal weights")
+    assert "{'src.a.0': -0.5, 'src.a.1': 1.5} must be numbers >= 0" in weight_problem(
+        Recipe({"src.a.0": -0.5}, {"src.a.1": 1.5}), project)
 
 
 CORRIDOR = {"name": "c", "base_model": "tiny", "seed": 0,

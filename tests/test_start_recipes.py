@@ -29,6 +29,10 @@ def test_a_start_recipe_becomes_the_canonical_recipe_of_the_space():
 
 @pytest.mark.parametrize("change, needle", [
     (lambda v: v.pop("lr"), "start_recipes[0]: recipe lacks 'lr' in space v1"),
+    # every missing one at once (a recipe written by hand was refused one name per run), a missing
+    # parent's children not among them
+    (lambda v: [v.pop(k) for k in ("lr", "steps", "algorithm", "proas.lambda")],
+     "start_recipes[0]: recipe lacks 'algorithm', 'lr', 'steps' in space v1"),
     (lambda v: v.update(lr=0.1), "lr=0.1 is outside [1e-06, 0.001]"),
     (lambda v: v.update(lrr=1e-4), "'lrr' is not a parameter of space v1; did you mean 'lr'?"),
     (lambda v: v.update(max_new_tokens=16), "max_new_tokens is fixed at 8 in space v1, not 16"),
