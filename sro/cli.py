@@ -27,12 +27,18 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _check_runs(runs: Path) -> None:
+def _check_runs(runs: Path, study: bool = True) -> None:
     """`--runs` names the folder that holds run folders; a run folder itself there started a study nested
-    inside it, with a base model of its own (a review, stop 28)."""
-    if (runs / "project.yaml").is_file():  # (a study.db alone may be a `storage:` URL's file)
-        from sro.config import ConfigError
+    inside it, with a base model of its own (a review, stop 28). `study=False`: `sro train`'s model cache."""
+    from sro.config import ConfigError
 
+    for p in (runs, *runs.parents):  # was a NotADirectoryError traceback (a walkthrough, stop 34)
+        if p.exists():
+            if not p.is_dir():
+                raise ConfigError(f"--runs {runs}: {p} is a file; pass a folder (it is made if missing), "
+                                  f"e.g. --runs runs")
+            break
+    if study and (runs / "project.yaml").is_file():  # (a study.db alone may be a `storage:` URL's file)
         raise ConfigError(f"--runs {runs} is a run folder (it holds project.yaml); pass the folder that holds it: "
                           f"--runs {runs.parent}")
 
@@ -228,6 +234,9 @@ def export(
     text = yaml.safe_dump(doc, sort_keys=False)
     if out:
         try:
+            if (f := next((p for p in out.parents if p.exists()), None)) is not None and not f.is_dir():
+                _fail(f"cannot write {out}: {f} is a file, not a folder; pass --out a writable file path")
+                return
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(text)
         except OSError as e:
@@ -253,6 +262,7 @@ def train(
         proj = project_from_data(doc["project"], recipe.parent, f"{recipe}: project")
         rec = Recipe.from_dict(doc["recipe"])
         _check_recipe_keys(rec, proj, recipe)
+        _check_runs(runs, study=False)
         # a bad recipe fails here, before the base model is scored, naming the file and the key
         trainer_config(rec, proj.seed, None, where=str(recipe), multi_turn=proj.multi_turn)
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)

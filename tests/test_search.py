@@ -705,6 +705,27 @@ def test_cli_missing_run_dir(tmp_path):
     assert r.returncode == 2 and "nope: no such folder; pass a run folder" in r.stderr
 
 
+def test_runs_that_is_a_file_is_one_line(micro_project, tmp_path, monkeypatch):
+    """`--runs FILE` (or a path under a file) was a NotADirectoryError traceback in search, design and train,
+    and `sro export --out FILE/x.yaml` said "File exists" (a walkthrough, stop 34)."""
+    _nothing_prepared(monkeypatch)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    doc = {"project": CORRIDOR, "recipe": {"values": {"lr": 0.002, "steps": 2}, "fixed": {"max_new_tokens": 4}}}
+    (tmp_path / "recipe.yaml").write_text(yaml.safe_dump(doc))
+    for args in (("search", str(micro_project())), ("design", str(micro_project())),
+                 ("train", str(tmp_path / "recipe.yaml"))):
+        for runs in (afile, afile / "under"):
+            r = run_here(*args, "--runs", str(runs))
+            assert r.exit_code == 2 and f"--runs {runs}: {afile} is a file; pass a folder" in " ".join(
+                r.stderr.split()) and "Traceback" not in r.output, (args, r.output[-2000:])
+    run_dir = tmp_path / "runs" / "light"
+    _run_with_one_trial(load_project(micro_project("light")), run_dir)
+    r = run_here("export", str(run_dir), "--trial", "0", "--out", str(afile / "x.yaml"))
+    assert r.exit_code == 2 and f"{afile} is a file, not a folder; pass --out a writable file path" in " ".join(
+        r.stderr.split()), r.output[-2000:]
+
+
 def _run_with_one_trial(project, run_dir: Path) -> Ledger:
     """A run folder as `sro search` leaves it (its project.yaml and study), with one complete trial."""
     ledger = Ledger(project, run_dir)
