@@ -88,7 +88,9 @@ class GameTask(Task):
         except ValueError as e:
             raise SourceSpecError(str(e), "config") from None
         self.teacher_noise = number_setting(play, "teacher_noise", float, 0.0, 1.0)
-        self.confidence = bool(play["confidence"])
+        if not isinstance(play["confidence"], bool):  # bool("no") is True (a walkthrough, stop 34)
+            raise SourceSpecError(f"confidence must be true or false (got {play['confidence']!r})", "config.confidence")
+        self.confidence = play["confidence"]
         self.settings: dict[str, Any] = {k: v for k, v in spec.config.items() if k not in PLAY_KEYS}
         """The environment's own settings (the config's keys other than `PLAY_KEYS`)."""
         self.exclude: frozenset[str] = frozenset()

@@ -187,6 +187,13 @@ def _show_table(run_dir: Path) -> None:
                   f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "",
                   style="green" if r.beats(base, info["lower"]) else None)
     console.print(t)
+    failed = [r for r in records if r.state == "failed"]
+    for r in failed[:5]:  # why, in one line each (it was in the report only)
+        console.print(f"trial {r.number} failed: {(r.message or 'no message').splitlines()[0][:160]}",
+                      style="red", highlight=False)
+    if len(failed) > 5:
+        console.print(f"... and {len(failed) - 5} more failed trials; `sro report {run_dir}` lists every one",
+                      style="red", highlight=False)
     if front:
         console.print(f"front (*): trials {', '.join(map(str, sorted(front)))} — no other complete trial is at least "
                       "as good on every objective and better on one", highlight=False)
@@ -265,6 +272,9 @@ def train(
         _check_runs(runs, study=False)
         # a bad recipe fails here, before the base model is scored, naming the file and the key
         trainer_config(rec, proj.seed, None, where=str(recipe), multi_turn=proj.multi_turn)
+        if doc.get("state", "complete") != "complete":  # exported from a pruned, stopped or failed trial
+            console.print(f"[yellow]note: {recipe} is trial {doc.get('trial', '?')}'s recipe ({doc['state']} in its "
+                          f"search: {doc.get('message') or 'no message'}); training it again[/]", highlight=False)
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         console.print("scoring the base model on the held-out benchmarks ...")
         base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))

@@ -122,9 +122,11 @@ class BenchmarkConfig(SourceConfig):
             from evaluators.games import PLAY_KEYS
 
             games = self.config.get("games", PLAY_KEYS["games"])
+            whole = not isinstance(games, bool) and isinstance(games, (int, float)) and float(games).is_integer()
+            games = int(games) if whole else None  # `games: 2.0` plays 2 games (it was taken as none: size 100)
             if self.size is None:  # filled in, so a dumped project (`portable_dump`) reads back the same
-                self.size = games if isinstance(games, int) and games > 0 else 100
-            elif isinstance(games, int) and self.size > games:  # greedy replays of the same games add nothing
+                self.size = games if games is not None and games > 0 else 100
+            elif games is not None and self.size > games:  # greedy replays of the same games add nothing
                 raise ValueError(f"size {self.size} is more than the benchmark's {games} held-out games (one "
                                  f"greedy episode each); set config.games: {self.size}, or size: {games}")
         elif self.size is None:
@@ -301,13 +303,7 @@ class ProjectConfig(_Strict):
                 what = "the cost" if key == "cost" else f"{key}'s metric"
                 raise ValueError(f"objectives[{i}]: {key}: {obj[key]}, but {what} improves towards "
                                  f"{'lower' if better == 'min' else 'higher'} values; write `{key}: {better}`")
-        turns = {d: {x.kind in MULTI_TURN_KINDS for x in [*dom.sources, *dom.benchmarks]}
-                 for d, dom in self.domains.items()}
-        if any(len(k) > 1 for k in turns.values()) or len(set().union(*turns.values())) > 1:
-            agent = sorted(d for d, k in turns.items() if True in k)
-            raise ValueError(f"domains {', '.join(agent)} have multi-turn (textworld, env) sources or benchmarks and "
-                             "the others are single-turn items; a project cannot yet mix the two: put them in "
-                             "separate projects")
+        self._one_turn_kind()
         names = [k for k, _ in self.objective_directions()]
         for key in self.reference_point:
             if key not in names:
@@ -315,6 +311,18 @@ class ProjectConfig(_Strict):
                 fix = f"did you mean {hint[0]!r}?" if hint else f"objectives: {', '.join(names)}"
                 raise ValueError(f"reference_point names {key!r}, which is not an objective; {fix}")
         return self
+
+    def _one_turn_kind(self) -> None:
+        """A project is all multi-turn (textworld, env) or all single-turn; the entries that break it, by key path."""
+        entries = [(f"domains.{d}.{part}[{i}]", x) for d, dom in self.domains.items()
+                   for part in ("sources", "benchmarks") for i, x in enumerate(getattr(dom, part))]
+        multi = [(k, x) for k, x in entries if x.kind in MULTI_TURN_KINDS]
+        single = [(k, x) for k, x in entries if x.kind not in MULTI_TURN_KINDS]
+        if multi and single:  # named one each (a walkthrough, stop 34: it named no key)
+            (mk, m), (sk, s1) = multi[0], single[0]
+            raise ValueError(f"{mk} ({m.kind}: {m.target}) is multi-turn and {sk} ({s1.kind}: {s1.target}) is "
+                             "single-turn; a project cannot yet mix the two: put the agent domains and the "
+                             "single-turn ones in separate projects")
 
     @property
     def multi_turn(self) -> bool:

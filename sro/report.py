@@ -36,7 +36,7 @@ objectives: {{ objectives }} · budget spent: {{ spent }}</p>
 <h2>Trials</h2><p class="note">green rows are Pareto-optimal over all objectives; ✔ marks a trial that
 beats the base model on every benchmark.</p>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
-{% for row, cls in rows %}<tr class="{{ cls }}">{% for c in row %}<td{% if loop.index > 3 and c is string %} class="l"{% endif %}>{{ c }}</td>{% endfor %}</tr>
+{% for row, cls in rows %}<tr class="{{ cls }}">{% for c, left in row %}<td{% if left %} class="l"{% endif %}>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
 </body></html>""")
 """Autoescaped (a base model id or a categorical value from an edited space.yaml reached the page as HTML until
@@ -159,11 +159,12 @@ def write_report(run_dir: str | Path) -> Path:
     for r in records:
         row = [r.number, r.state if r.state != "failed" else f"failed: {r.message.splitlines()[0][:60] if r.message else ''}",
                "✔" if r.beats(base, info["lower"]) else ""]
-        row += [_fmt(r.scores.get(k)) if k in r.scores else "" for k in score_keys]
-        row += [_fmt(r.cost.get("wall_s", 0.0)), int(r.cost.get("samples", 0))]
-        row += [_fmt(r.recipe.values.get(p, "")) for p in params]
+        row += [r.scores.get(k, "") for k in score_keys]
+        row += [r.cost.get("wall_s", 0.0), int(r.cost.get("samples", 0))]
+        row += [r.recipe.values.get(p, "") for p in params]
         cls = "front" if r.number in front else ("failed" if r.state in ("failed", "interrupted") else "")
-        rows.append((row, cls))
+        # text left-aligned, numbers right (a formatted float was a string, so numbers were left-aligned)
+        rows.append(([(_fmt(c), isinstance(c, str) and i > 2) for i, c in enumerate(row)], cls))
     front_div = front_figure(records, objectives, base).to_html(include_plotlyjs=True, full_html=False)
     curve_div = curve_figure(records).to_html(include_plotlyjs=False, full_html=False)
     hv = info["hypervolume"] or {}

@@ -206,7 +206,13 @@ def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
     # then failed this very check when `sro show`, `report` or `export` read it back)
     assert BenchmarkConfig.model_validate({k: v for k, v in big.items() if k != "size"}).size == 8
     assert BenchmarkConfig.model_validate({"name": "b", "reasoning_gym": "basic_arithmetic"}).size == 100
+    # `games: 2.0` (a YAML float) is 2 games, as the game source reads it (it was size 100, unchecked)
+    no_size = {k: v for k, v in big.items() if k != "size"}
+    assert BenchmarkConfig.model_validate({**no_size, "config": {"games": 2.0}}).size == 2
+    with pytest.raises(ValueError, match=r"size 50 is more than the benchmark's 2 held-out games"):
+        BenchmarkConfig.model_validate({**big, "config": {"games": 2.0}})
     from sro.config import ProjectConfig
+
 
     agent = {"name": "a", "domains": {"agent": {"sources": [{"textworld": "coin_collector"}], "benchmarks": [
         {"name": "coins", "textworld": "coin_collector", "config": {"level": 2}}]}}}
@@ -215,14 +221,22 @@ def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
 
 
 def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
+    """Refused naming one multi-turn and one single-turn entry by key path (it named no key)."""
     msg = _err(micro_project, lambda d: d["domains"].update(agent={
         "sources": [{"textworld": "coin_collector"}],
         "benchmarks": [{"name": "coins", "textworld": "coin_collector", "size": 2}]}))
-    assert "domains agent have multi-turn (textworld, env) sources or benchmarks" in msg and "separate projects" in msg
+    assert ("domains.agent.sources[0] (textworld: coin_collector) is multi-turn and domains.arithmetic.sources[0] "
+            "(reasoning_gym: basic_arithmetic) is single-turn; a project cannot yet mix the two") in msg
+    assert "separate projects" in msg
     # a textworld benchmark in a single-turn domain too (it used to pass, and fail mid-search)
     msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"].append(
         {"name": "coins", "textworld": "coin_collector", "size": 2}))
-    assert "domains arithmetic have multi-turn (textworld, env) sources or benchmarks" in msg
+    assert "domains.arithmetic.benchmarks[1] (textworld: coin_collector) is multi-turn" in msg
+    # one agent domain with a single-turn source
+    msg = _err(micro_project, lambda d: d.update(domains={"agent": {
+        "sources": [{"textworld": "coin_collector"}, {"reasoning_gym": "basic_arithmetic"}],
+        "benchmarks": [{"name": "coins", "textworld": "coin_collector", "size": 2}]}}, objectives=[]))
+    assert "multi-turn and domains.agent.sources[1] (reasoning_gym: basic_arithmetic) is single-turn" in msg
 
 
 def test_storage_must_be_a_url(micro_project):

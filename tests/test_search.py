@@ -739,6 +739,35 @@ def _run_with_one_trial(project, run_dir: Path) -> Ledger:
     return ledger
 
 
+def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(micro_project, tmp_path, monkeypatch):
+    """`sro show` listed a failed trial as `failed` with no reason (it was in the report only), and `sro train`
+    on a failed trial's exported recipe gave no word that it had failed."""
+    import sro.executor
+    from sro.config import ConfigError
+
+    project = load_project(micro_project("light"))
+    run_dir = tmp_path / "runs" / "light"
+    ledger = _run_with_one_trial(project, run_dir)
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    trial = ledger.start(Recipe(space.sobol(2, seed=0)[1], dict(space.fixed)), space)
+    ledger.fail(trial, "CUDA out of memory at step 3\nTraceback ...", {"wall_s": 1.0}, [])
+    r = run_here("show", str(run_dir))
+    assert r.exit_code == 0 and "trial 1 failed: CUDA out of memory at step 3" in r.stdout, r.output[-2000:]
+    assert "Traceback" not in r.stdout
+    out = tmp_path / "failed.yaml"
+    assert run_here("export", str(run_dir), "--trial", "1", "--out", str(out)).exit_code == 0
+
+    def prepare(*a, **k):  # stop where the base model would be built
+        raise ConfigError("stopped before the base model")
+
+    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(prepare))
+    r = run_here("train", str(out), "--runs", str(tmp_path / "runs"))
+    said = " ".join(r.stdout.split())
+    assert f"note: {out} is trial 1's recipe (failed in its search: CUDA out of memory at step 3); training it again" in said, said
+    assert run_here("export", str(run_dir), "--trial", "0", "--out", str(out)).exit_code == 0
+    assert "note:" not in run_here("train", str(out), "--runs", str(tmp_path / "runs")).stdout  # a complete one
+
+
 def test_reading_verbs_and_bad_input_do_not_load_torch(micro_project, tmp_path):
     """`sro show`, `sro export` and a search refused for its --budget answer in about 2 s, not 5-7:
     torch, transformers and BoTorch are loaded by the verbs that train or propose, not by these."""
@@ -891,6 +920,8 @@ def test_the_sparkline_keeps_the_latest_value_and_the_report_escapes_what_a_proj
     ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [])
     page = write_report(tmp_path / "esc").read_text()
     assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<td class=\"l\"><b>bold</b>" not in page
+    # numbers right-aligned, text left (a formatted float was text, so every score sat left)
+    assert "<td>0.5</td>" in page and "<td>0.0003</td>" in page and '<td class="l">&lt;b&gt;' in page
     assert "<div" in page and "Plotly.newPlot" in page  # the figures are still HTML
 
 
