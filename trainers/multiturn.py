@@ -288,7 +288,8 @@ def calibration_loss(digit_logits: torch.Tensor, outcomes: torch.Tensor, groups:
     moves probability towards the digits with the smaller squared error, so c_t towards P(y | state).
     digit_logits (N, 10), outcomes (N,) in {0, 1}, groups (N,) integer ids.
     """
-    levels = CONF_LEVELS.to(digit_logits.device)
+    dev = digit_logits.device  # the outcomes and groups come from the episodes, on the CPU (a CUDA run failed)
+    levels, outcomes, groups = CONF_LEVELS.to(dev), outcomes.to(dev), groups.to(dev)
     r = -(levels.unsqueeze(0) - outcomes.float().unsqueeze(-1)) ** 2  # (N, 10)
     adv = torch.empty_like(r)
     for g in groups.unique():
