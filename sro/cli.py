@@ -1,7 +1,8 @@
-"""The `sro` command line: search, report, show, export, train.
+"""The `sro` command line: search, design, report, show, export, train.
 
 Every user error (bad YAML, unknown generator, bad budget, missing run folder) prints one line
-`error: ...` and exits 2 — no traceback.
+`error: ...` and exits 2 — no traceback. A search ended by repeated environment failures exits 1;
+Ctrl-C 130, SIGTERM 143 (finished trials kept).
 """
 
 from __future__ import annotations
@@ -67,7 +68,8 @@ def search(
                                                     "intermediate results are dominated by earlier trials at the "
                                                     "same fraction of their steps; default: the project's "
                                                     "`pruning.enabled` (on)")] = None,
-    runs: Annotated[Path, typer.Option(help="folder holding runs/<name>/")] = Path("runs"),
+    runs: Annotated[Path, typer.Option(help="folder that holds the run folders (<name>/) and the model "
+                                            "cache (.cache/)")] = Path("runs"),
 ) -> None:
     """Search recipes for PROJECT until the budget is spent; rerun to resume (finished trials are kept)."""
     from sro.budget import Budget
@@ -113,7 +115,8 @@ def design(
     project: Annotated[Path, typer.Argument(help="project YAML (see search_spaces/quickstart.yaml)")],
     budget: Annotated[Optional[str], typer.Option(help="the budget the space is sized for; default: the "
                                                      "project's `budget`")] = None,
-    runs: Annotated[Path, typer.Option(help="folder holding runs/<name>/")] = Path("runs"),
+    runs: Annotated[Path, typer.Option(help="folder that holds the run folders (<name>/) and the model "
+                                            "cache (.cache/)")] = Path("runs"),
 ) -> None:
     """Design PROJECT's recipe space and write runs/<name>/space.yaml for review; `sro search` then uses it."""
     from sro.budget import Budget
