@@ -762,8 +762,9 @@ def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(mic
 
     monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(prepare))
     r = run_here("train", str(out), "--runs", str(tmp_path / "runs"))
-    said = " ".join(r.stdout.split())
-    assert f"note: {out} is trial 1's recipe (failed in its search: CUDA out of memory at step 3); training it again" in said, said
+    said = "".join(r.stdout.split())  # (rich folds a long path mid-word at the terminal's width)
+    assert "".join(f"note: {out} is trial 1's recipe (failed in its search: CUDA out of memory at step 3); "
+                   "training it again".split()) in said, r.stdout
     assert run_here("export", str(run_dir), "--trial", "0", "--out", str(out)).exit_code == 0
     assert "note:" not in run_here("train", str(out), "--runs", str(tmp_path / "runs")).stdout  # a complete one
 
