@@ -88,9 +88,10 @@ class GameTask(Task):
         except ValueError as e:
             raise SourceSpecError(str(e), "config") from None
         self.teacher_noise = number_setting(play, "teacher_noise", float, 0.0, 1.0)
-        if not isinstance(play["confidence"], bool):  # bool("no") is True (a walkthrough, stop 34)
-            raise SourceSpecError(f"confidence must be true or false (got {play['confidence']!r})", "config.confidence")
-        self.confidence = play["confidence"]
+        conf = play["confidence"]  # true/false or 0/1, as mt.confidence; bool("no") was True (a walkthrough, stop 34)
+        if not (isinstance(conf, bool) or (isinstance(conf, (int, float)) and conf in (0, 1))):
+            raise SourceSpecError(f"confidence must be true or false (got {conf!r})", "config.confidence")
+        self.confidence = bool(conf)
         self.settings: dict[str, Any] = {k: v for k, v in spec.config.items() if k not in PLAY_KEYS}
         """The environment's own settings (the config's keys other than `PLAY_KEYS`)."""
         self.exclude: frozenset[str] = frozenset()

@@ -193,10 +193,10 @@ def _show_table(run_dir: Path) -> None:
     failed = [r for r in records if r.state == "failed"]
     for r in failed[:5]:  # why, in one line each (it was in the report only)
         console.print(f"trial {r.number} failed: {(r.message or 'no message').splitlines()[0][:160]}",
-                      style="red", highlight=False)
+                      style="red", highlight=False, markup=False)  # exception text: '[/dev/x]' is no markup
     if len(failed) > 5:
         console.print(f"... and {len(failed) - 5} more failed trials; `sro report {run_dir}` lists every one",
-                      style="red", highlight=False)
+                      style="red", highlight=False, markup=False)
     if front:
         console.print(f"front (*): trials {', '.join(map(str, sorted(front)))} — no other complete trial is at least "
                       "as good on every objective and better on one", highlight=False)
@@ -276,8 +276,10 @@ def train(
         # a bad recipe fails here, before the base model is scored, naming the file and the key
         trainer_config(rec, proj.seed, None, where=str(recipe), multi_turn=proj.multi_turn)
         if doc.get("state", "complete") != "complete":  # exported from a pruned, stopped or failed trial
-            console.print(f"[yellow]note: {recipe} is trial {doc.get('trial', '?')}'s recipe ({doc['state']} in its "
-                          f"search: {doc.get('message') or 'no message'}); training it again[/]", highlight=False)
+            why = doc.get("message") if doc.get("message") not in (None, "", doc["state"]) else None
+            console.print(f"note: {recipe} is trial {doc.get('trial', '?')}'s recipe ({doc['state']} in its search"
+                          f"{': ' + str(why) if why else ''}); training it again", style="yellow", highlight=False,
+                          markup=False)
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         console.print("scoring the base model on the held-out benchmarks ...")
         base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))

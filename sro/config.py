@@ -123,7 +123,7 @@ class BenchmarkConfig(SourceConfig):
 
             games = self.config.get("games", PLAY_KEYS["games"])
             whole = not isinstance(games, bool) and isinstance(games, (int, float)) and float(games).is_integer()
-            games = int(games) if whole else None  # `games: 2.0` plays 2 games (it was taken as none: size 100)
+            games = int(games) if whole and games >= 1 else None  # below 1: the source's check names config.games  # `games: 2.0` plays 2 games (it was taken as none: size 100)
             if self.size is None:  # filled in, so a dumped project (`portable_dump`) reads back the same
                 self.size = games if games is not None and games > 0 else 100
             elif games is not None and self.size > games:  # greedy replays of the same games add nothing

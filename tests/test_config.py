@@ -211,6 +211,8 @@ def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
     assert BenchmarkConfig.model_validate({**no_size, "config": {"games": 2.0}}).size == 2
     with pytest.raises(ValueError, match=r"size 50 is more than the benchmark's 2 held-out games"):
         BenchmarkConfig.model_validate({**big, "config": {"games": 2.0}})
+    # games below 1 is left to the source's check (it said "more than the benchmark's -2 held-out games; set size: -2")
+    assert BenchmarkConfig.model_validate({**big, "config": {"games": -2}}).size == 50
     from sro.config import ProjectConfig
 
 

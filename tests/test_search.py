@@ -750,9 +750,10 @@ def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(mic
     ledger = _run_with_one_trial(project, run_dir)
     space = RecipeSpace.from_yaml(SMALL_SPACE)
     trial = ledger.start(Recipe(space.sobol(2, seed=0)[1], dict(space.fixed)), space)
-    ledger.fail(trial, "CUDA out of memory at step 3\nTraceback ...", {"wall_s": 1.0}, [])
+    ledger.fail(trial, "CUDA out of memory at step 3 [/dev/x]\nTraceback ...", {"wall_s": 1.0}, [])
     r = run_here("show", str(run_dir))
-    assert r.exit_code == 0 and "trial 1 failed: CUDA out of memory at step 3" in r.stdout, r.output[-2000:]
+    # (exception text printed as text: '[/dev/x]' was rich markup, a MarkupError traceback)
+    assert r.exit_code == 0 and "trial 1 failed: CUDA out of memory at step 3 [/dev/x]" in r.stdout, r.output[-2000:]
     assert "Traceback" not in r.stdout
     out = tmp_path / "failed.yaml"
     assert run_here("export", str(run_dir), "--trial", "1", "--out", str(out)).exit_code == 0
@@ -763,7 +764,7 @@ def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(mic
     monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(prepare))
     r = run_here("train", str(out), "--runs", str(tmp_path / "runs"))
     said = "".join(r.stdout.split())  # (rich folds a long path mid-word at the terminal's width)
-    assert "".join(f"note: {out} is trial 1's recipe (failed in its search: CUDA out of memory at step 3); "
+    assert "".join(f"note: {out} is trial 1's recipe (failed in its search: CUDA out of memory at step 3 [/dev/x]); "
                    "training it again".split()) in said, r.stdout
     assert run_here("export", str(run_dir), "--trial", "0", "--out", str(out)).exit_code == 0
     assert "note:" not in run_here("train", str(out), "--runs", str(tmp_path / "runs")).stdout  # a complete one

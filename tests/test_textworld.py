@@ -134,6 +134,7 @@ def test_bad_textworld_specs_name_the_key():
     assert e.value.field == "config.levle"
     with pytest.raises(SourceSpecError, match="obs_mode"):
         check_source_spec(SourceSpec("textworld", "coin_collector", {"obs_mode": "huge"}))
+    check_source_spec(SourceSpec("textworld", "coin_collector", {"confidence": 1}))  # 0/1 as mt.confidence takes
 
 
 @pytest.mark.parametrize("family,config,needle", [
@@ -147,6 +148,7 @@ def test_bad_textworld_specs_name_the_key():
     ("coin_collector", {"teacher_noise": 1.5}, "teacher_noise must be a number in [0, 1] (got 1.5)"),
     ("coin_collector", {"max_steps": 2.5}, "max_steps must be an integer >= 1"),
     ("coin_collector", {"confidence": "no"}, "confidence must be true or false (got 'no')"),
+    ("coin_collector", {"confidence": 2}, "confidence must be true or false (got 2)"),
     ("coin_collector", {"teacher_noise": float("nan")}, "teacher_noise must be a number in [0, 1] (got nan)"),
     ("cooking", {"recipe_seed": 3, "take": 0}, "recipe_seed > 0 (a shuffled recipe) needs the take skill"),
 ])
