@@ -7,6 +7,7 @@ Ctrl-C 130, SIGTERM 143 (finished trials kept).
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -34,11 +35,23 @@ def _check_runs(runs: Path, study: bool = True) -> None:
     from sro.config import ConfigError
 
     for p in (runs, *runs.parents):  # was a NotADirectoryError traceback (a walkthrough, stop 34)
-        if p.exists():
-            if not p.is_dir():
-                raise ConfigError(f"--runs {runs}: {p} is a file; pass a folder (it is made if missing), "
-                                  f"e.g. --runs runs")
-            break
+        try:
+            there = p.exists() or p.is_symlink()
+        except PermissionError:  # a parent that cannot be searched: was a PermissionError traceback
+            raise ConfigError(f"--runs {runs}: {p} cannot be read (permission denied); pass a folder you "
+                              "can write, e.g. --runs runs") from None
+        if not there:
+            continue
+        if not p.exists():  # a link to nothing: mkdir said FileExistsError (a review, stop 35)
+            raise ConfigError(f"--runs {runs}: {p} is a link to {os.readlink(p)}, which does not exist; "
+                              "make that folder or pass another")
+        if not p.is_dir():
+            raise ConfigError(f"--runs {runs}: {p} is a file; pass a folder (it is made if missing), "
+                              f"e.g. --runs runs")
+        if not os.access(p, os.W_OK | os.X_OK):
+            raise ConfigError(f"--runs {runs}: {p} is not writable by this user; pass a folder you can "
+                              "write, e.g. --runs runs")
+        break
     if study and (runs / "project.yaml").is_file():  # (a study.db alone may be a `storage:` URL's file)
         raise ConfigError(f"--runs {runs} is a run folder (it holds project.yaml); pass the folder that holds it: "
                           f"--runs {runs.parent}")

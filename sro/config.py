@@ -314,15 +314,17 @@ class ProjectConfig(_Strict):
 
     def _one_turn_kind(self) -> None:
         """A project is all multi-turn (textworld, env) or all single-turn; the entries that break it, by key path."""
-        entries = [(f"domains.{d}.{part}[{i}]", x) for d, dom in self.domains.items()
+        entries = [(d, f"domains.{d}.{part}[{i}]", x) for d, dom in self.domains.items()
                    for part in ("sources", "benchmarks") for i, x in enumerate(getattr(dom, part))]
-        multi = [(k, x) for k, x in entries if x.kind in MULTI_TURN_KINDS]
-        single = [(k, x) for k, x in entries if x.kind not in MULTI_TURN_KINDS]
+        multi = [e for e in entries if e[2].kind in MULTI_TURN_KINDS]
+        single = [e for e in entries if e[2].kind not in MULTI_TURN_KINDS]
         if multi and single:  # named one each (a walkthrough, stop 34: it named no key)
-            (mk, m), (sk, s1) = multi[0], single[0]
+            (md, mk, m), (sd, sk, s1) = multi[0], single[0]
+            same = md == sd  # one domain mixing them has no "agent domain" to move (a review, stop 35)
+            fix = ("move the multi-turn entries and the single-turn ones into separate projects" if same else
+                   "put the agent domains and the single-turn ones in separate projects")
             raise ValueError(f"{mk} ({m.kind}: {m.target}) is multi-turn and {sk} ({s1.kind}: {s1.target}) is "
-                             "single-turn; a project cannot yet mix the two: put the agent domains and the "
-                             "single-turn ones in separate projects")
+                             f"single-turn; a project cannot yet mix the two: {fix}")
 
     @property
     def multi_turn(self) -> bool:

@@ -229,7 +229,7 @@ def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
         "benchmarks": [{"name": "coins", "textworld": "coin_collector", "size": 2}]}))
     assert ("domains.agent.sources[0] (textworld: coin_collector) is multi-turn and domains.arithmetic.sources[0] "
             "(reasoning_gym: basic_arithmetic) is single-turn; a project cannot yet mix the two") in msg
-    assert "separate projects" in msg
+    assert "put the agent domains and the single-turn ones in separate projects" in msg
     # a textworld benchmark in a single-turn domain too (it used to pass, and fail mid-search)
     msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"].append(
         {"name": "coins", "textworld": "coin_collector", "size": 2}))
@@ -239,6 +239,8 @@ def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
         "sources": [{"textworld": "coin_collector"}, {"reasoning_gym": "basic_arithmetic"}],
         "benchmarks": [{"name": "coins", "textworld": "coin_collector", "size": 2}]}}, objectives=[]))
     assert "multi-turn and domains.agent.sources[1] (reasoning_gym: basic_arithmetic) is single-turn" in msg
+    assert "move the multi-turn entries and the single-turn ones into separate projects" in msg
+    assert "agent domains" not in msg  # there is no agent domain to move out (a review, stop 35)
 
 
 def test_storage_must_be_a_url(micro_project):

@@ -231,6 +231,15 @@ def test_confidence_needs_single_digit_tokens():
         digit_token_ids(Pairs())
 
 
+def test_calibration_loss_follows_the_logits_device():
+    """The episodes' outcomes and groups are CPU tensors; the logits are wherever the model is. Built beside
+    CUDA logits, the term mixed devices and every agent trial with mt.confidence failed on a GPU (stop 35).
+    Meta tensors stand in for a second device here: an op mixing them with CPU tensors raises, as CUDA's do."""
+    logits = torch.zeros(3, 10, device="meta", requires_grad=True)
+    loss = calibration_loss(logits, torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0, 0, 1]))
+    assert loss.device.type == "meta" and loss.shape == ()
+
+
 def test_calibration_loss_by_hand():
     levels = [(d + 0.5) / 10 for d in range(10)]
     # one group, two steps with outcomes 1 and 0, uniform q: the advantages average to 0, and so does the loss

@@ -726,6 +726,37 @@ def test_runs_that_is_a_file_is_one_line(micro_project, tmp_path, monkeypatch):
         r.stderr.split()), r.output[-2000:]
 
 
+def test_runs_that_is_a_broken_link_or_not_writable_is_one_line(micro_project, tmp_path, monkeypatch):
+    """A dangling symlink as --runs was a FileExistsError traceback, and a parent that cannot be read or
+    written a PermissionError one (a review, stop 35). Root may write anywhere, so the permission cases
+    are made by patching what the check asks of the system."""
+    _nothing_prepared(monkeypatch)
+    link = tmp_path / "gone"
+    link.symlink_to(tmp_path / "nowhere")
+    project = str(micro_project())
+    for runs in (link, link / "under"):
+        r = run_here("search", project, "--runs", str(runs))
+        assert r.exit_code == 2 and f"{link} is a link to {tmp_path / 'nowhere'}, which does not exist" in " ".join(
+            r.stderr.split()) and "Traceback" not in r.output, r.output[-2000:]
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if Path(p) == locked else real_access(p, mode, **kw))
+    r = run_here("design", project, "--runs", str(locked / "runs"))
+    assert r.exit_code == 2 and f"{locked} is not writable by this user" in " ".join(r.stderr.split()), r.output[-2000:]
+    real_exists = Path.exists
+
+    def exists(self, *a, **kw):
+        if self == locked / "runs":
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_exists(self, *a, **kw)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    r = run_here("search", project, "--runs", str(locked / "runs"))
+    assert r.exit_code == 2 and f"{locked / 'runs'} cannot be read (permission denied)" in " ".join(
+        r.stderr.split()) and "Traceback" not in r.output, r.output[-2000:]
+
+
 def _run_with_one_trial(project, run_dir: Path) -> Ledger:
     """A run folder as `sro search` leaves it (its project.yaml and study), with one complete trial."""
     ledger = Ledger(project, run_dir)

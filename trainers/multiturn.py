@@ -288,15 +288,16 @@ def calibration_loss(digit_logits: torch.Tensor, outcomes: torch.Tensor, groups:
     moves probability towards the digits with the smaller squared error, so c_t towards P(y | state).
     digit_logits (N, 10), outcomes (N,) in {0, 1}, groups (N,) integer ids.
     """
-    dev = digit_logits.device  # the outcomes and groups come from the episodes, on the CPU (a CUDA run failed)
-    levels, outcomes, groups = CONF_LEVELS.to(dev), outcomes.to(dev), groups.to(dev)
-    r = -(levels.unsqueeze(0) - outcomes.float().unsqueeze(-1)) ** 2  # (N, 10)
+    # Â is a constant of the episodes: built on the CPU, where they are, then moved to the logits' device
+    # (built beside CUDA logits it mixed devices, and every agent trial with mt.confidence failed on a GPU)
+    outcomes, groups = outcomes.detach().cpu().float(), groups.detach().cpu()
+    r = -(CONF_LEVELS.cpu().unsqueeze(0) - outcomes.unsqueeze(-1)) ** 2  # (N, 10)
     adv = torch.empty_like(r)
     for g in groups.unique():
         m = groups == g
         adv[m] = (r[m] - r[m].mean()) / (r[m].std() + 1e-4)
     q = digit_logits.float().softmax(-1)
-    return -(q * adv).sum(-1).mean()
+    return -(q * adv.to(q.device)).sum(-1).mean()
 
 
 def pack(tok, prompts: list[str], completions: list[list[int]], device) -> tuple[torch.Tensor, ...]:
