@@ -24,6 +24,32 @@ console = Console()
 err_console = Console(stderr=True)
 
 
+_REPORTED = ("torch", "transformers", "botorch", "optuna", "reasoning-gym", "textworld")
+
+
+def _version(value: bool) -> None:
+    """`sro --version`: SRO's release and those of the libraries a result depends on, read from the
+    installed packages' metadata (nothing is imported), for a bug report or a figure's environment."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    console.print(f"sro {of('sro')} (" + ", ".join(f"{n} {of(n)}" for n in _REPORTED) + ")", highlight=False, soft_wrap=True)
+    raise typer.Exit()
+
+
+@app.callback()
+def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                help="print SRO's version and its libraries', then exit")] = False) -> None:
+    """SRO: search post-training recipes for language models."""
+
+
 def _fail(msg: str, code: int = 2) -> None:
     err_console.print(f"[red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)  # text, not markup
     raise typer.Exit(code)

@@ -820,6 +820,20 @@ def test_reading_verbs_and_bad_input_do_not_load_torch(micro_project, tmp_path):
         assert "LOADED []" in r.stdout, (args, r.stdout[-300:])
 
 
+def test_version_names_sro_and_its_libraries_without_loading_them(tmp_path):
+    """`sro --version` prints SRO's release and its libraries' from package metadata, on one line."""
+    from importlib.metadata import version
+
+    probe = ("import sys\nfrom sro.cli import app\ntry:\n    app(['--version'])\nexcept SystemExit as e:\n"
+             "    print('EXIT', e.code)\nprint('LOADED', [m for m in ('torch', 'transformers', 'botorch') "
+             "if m in sys.modules])")
+    r = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="40"))
+    first = r.stdout.splitlines()[0]
+    assert first.startswith(f"sro {version('sro')} (torch {version('torch')}, ") and "botorch" in first, r.stdout
+    assert "EXIT 0" in r.stdout and "LOADED []" in r.stdout, r.stdout
+
+
 @pytest.mark.slow
 def test_search_with_botorch_optimizer(micro_project, tmp_path):
     """Past its Sobol start (4 trials), `--optimizer botorch` proposes from the GP; no recipe repeats.
