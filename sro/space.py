@@ -65,7 +65,7 @@ class Param:
             if self.kind == "int":
                 lo, hi = lo - 0.5, hi + 0.5  # each integer gets an equal share of the cube
             if self.log:
-                x = math.exp(math.log(max(lo, 1e-12)) + u * (math.log(hi) - math.log(max(lo, 1e-12))))
+                x = math.exp(math.log(lo) + u * (math.log(hi) - math.log(lo)))  # low > 0 (checked above)
             else:
                 x = lo + u * (hi - lo)
             if self.kind == "int":
@@ -81,8 +81,7 @@ class Param:
                 lo, hi = lo - 0.5, hi + 0.5
             if hi == lo:
                 return 0.5
-            if self.log:
-                lo = max(lo, 1e-12)
+            if self.log:  # no floor on low: one at 1e-12 hid every decade below it (a review, stop 37)
                 return (math.log(float(value)) - math.log(lo)) / (math.log(hi) - math.log(lo))
             return (float(value) - lo) / (hi - lo)
         choices = self.choices or []
@@ -186,7 +185,9 @@ class RecipeSpace:
         raise SpaceError(f"no parameter {name!r}; known: {', '.join(p.name for p in self.params)}")
 
     def is_active(self, p: Param, values: dict[str, Any]) -> bool:
-        return all(values.get(k) in v for k, v in (p.condition or {}).items())
+        # `k in values`: an inactive parent is absent, not None (a `when: {sched: null}` child was active
+        # whenever `sched` itself was inactive)
+        return all(k in values and values[k] in v for k, v in (p.condition or {}).items())
 
     def from_unit(self, u: np.ndarray) -> dict[str, Any]:
         """Decode a point of [0,1]^dim; inactive conditional parameters are left out."""

@@ -463,6 +463,108 @@ def test_reseeding_between_trials_keeps_the_design_and_the_warm_model() -> None:
     assert [t.params for t in reseeded.trials] == [t.params for t in plain.trials]
 
 
+
+def _two_objectives(t: optuna.Trial) -> tuple[float, float]:
+    x, y = t.suggest_float("x", 0, 1), t.suggest_int("y", 0, 100)
+    return x + y / 100, (1 - x) + (1 - y / 100) ** 2
+
+
+def test_a_trial_asked_while_another_runs_gets_another_point() -> None:
+    """optimize(n_jobs > 1) asks for a trial while another one's objective has not suggested anything yet:
+    that trial's proposal is a pending point (it was a blank, and both trials trained the same point)."""
+    study = optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=2, n_startup_trials=4,
+                                                                               pool_size=200))
+    study.optimize(_two_objectives, n_trials=6)
+    first, second = study.ask(), study.ask()  # relative params are sampled at ask()
+    a = (first.suggest_float("x", 0, 1), first.suggest_int("y", 0, 100))
+    b = (second.suggest_float("x", 0, 1), second.suggest_int("y", 0, 100))
+    assert a != b
+    with_seeds = [optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=s, n_startup_trials=4,
+                                                                                      pool_size=200))
+                  for s in (1, 3)]
+    for st in with_seeds:  # the threaded case itself
+        st.optimize(_two_objectives, n_trials=12, n_jobs=2)
+        points = [(t.params["x"], t.params["y"]) for t in st.trials]
+        assert len(set(points)) == len(points), points
+
+
+def test_a_sampler_reused_for_another_study_starts_that_study_afresh() -> None:
+    """One SROSampler for two studies: the second is proposed as a fresh sampler would (it kept the first
+    study's fitted GP, which a refit only replaced after the data grew by 10%)."""
+    reused = SROSampler(seed=0, n_startup_trials=4, pool_size=100)
+    optuna.create_study(sampler=reused).optimize(lambda t: (t.suggest_float("x", 0, 1) - 0.3) ** 2, n_trials=12)
+
+    def wiggly(t: optuna.Trial) -> float:
+        return math.sin(40 * t.suggest_float("x", 0, 1))
+
+    second = optuna.create_study(sampler=reused)
+    fresh = optuna.create_study(sampler=SROSampler(seed=0, n_startup_trials=4, pool_size=100))
+    for study in (second, fresh):  # the first trial fixed: the fallback RandomSampler's state differs
+        study.enqueue_trial({"x": 0.1})
+        study.optimize(wiggly, n_trials=8)
+    assert [t.params for t in second.trials] == [t.params for t in fresh.trials]
+
+
+def test_sampler_pickles_and_the_copy_goes_on() -> None:
+    import copy
+    import pickle
+
+    sampler = SROSampler(seed=0, n_startup_trials=3, pool_size=50)
+    study = optuna.create_study(sampler=sampler)
+    study.optimize(lambda t: (t.suggest_float("x", 0, 1) - 0.3) ** 2, n_trials=4)
+    for clone in (pickle.loads(pickle.dumps(sampler)), copy.deepcopy(sampler)):
+        again = optuna.load_study(study_name=study.study_name, storage=study._storage, sampler=clone)
+        again.optimize(lambda t: (t.suggest_float("x", 0, 1) - 0.3) ** 2, n_trials=1)
+    assert len(study.trials) == 6
+
+
+def test_huge_values_and_a_failing_proposal_never_end_the_study(monkeypatch) -> None:
+    """A penalty of 1e155 is not modelled (its square overflowed the standardization, and the acquisition
+    raised on an ill-conditioned covariance inside the user's suggest); any other failure of a proposal
+    samples that trial at random, with a warning."""
+    def penalized(t: optuna.Trial) -> tuple[float, float]:
+        x = t.suggest_float("x", 0, 1)
+        return (1e155 if x > 0.6 else (x - 0.3) ** 2), x
+
+    study = optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=0, pool_size=100))
+    study.optimize(penalized, n_trials=10)
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.trials)
+
+    def broken(self, history, n, **kw):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(BoTorchProposer, "propose", broken)
+    with pytest.warns(UserWarning, match="proposing trial 10 failed .*boom.*sampled at random"):
+        study.optimize(penalized, n_trials=1)
+    assert study.trials[-1].state == optuna.trial.TrialState.COMPLETE
+
+
+def test_an_exhausted_space_says_once_that_it_samples_at_random() -> None:
+    study = optuna.create_study(sampler=SROSampler(seed=0, n_startup_trials=1, pool_size=20))
+    with pytest.warns(UserWarning, match="no untried point is left") as caught:
+        study.optimize(lambda t: float(t.suggest_categorical("c", ["a", "b"]) == "a"), n_trials=5)
+    assert sum("no untried point" in str(w.message) for w in caught) == 1
+
+
+def test_log_scales_reach_below_1e_12() -> None:
+    p = Param("eps", "float", 1e-16, 1e-6, log=True)
+    assert p.from_unit(0.0) == pytest.approx(1e-16) and p.from_unit(0.1) == pytest.approx(1e-15)
+    assert p.to_unit(1e-15) == pytest.approx(0.1)
+
+
+def test_a_child_of_a_none_choice_is_inactive_with_its_parent() -> None:
+    """`when: {sched: null}`: the child is active only where `sched` is active and None (it was active
+    whenever `sched` itself was inactive, so an sft recipe had to carry `warm`)."""
+    space = RecipeSpace([Param("alg", "categorical", choices=["sft", "dpo"]),
+                         Param("sched", "categorical", choices=[None, "cosine"], condition={"alg": ["dpo"]}),
+                         Param("warm", "float", 0.0, 1.0, condition={"sched": [None]})])
+    assert space.admits({"alg": "sft"})
+    assert space.admits({"alg": "dpo", "sched": None, "warm": 0.5})
+    assert not space.admits({"alg": "dpo", "sched": None})
+    enc = RecipeEncoder(space)
+    assert enc.decode(enc.encode({"alg": "sft"}).numpy()) == {"alg": "sft"}
+    assert enc.decode(np.array([1.0, 0.0, 1.0, 0.0, 0.3])) == {"alg": "sft"}  # sched's columns say None
+
 # --- hypervolume helpers and history -------------------------------------------------------------
 def test_hypervolume_helper_and_history_by_hand() -> None:
     from sro.optimizer.hypervolume import hypervolume, hypervolume_curve, hypervolume_history

@@ -245,13 +245,15 @@ class BoTorchProposer:
 
     def _targets(self, history: Sequence[TrialRecord],
                  objectives: list[Objective]) -> tuple[list[TrialRecord], torch.Tensor]:
-        """Complete trials with every objective finite, and their (N, m) outcomes, all maximized."""
+        """Complete trials with every objective finite, and their (N, m) outcomes, all maximized. A value
+        beyond ±1e150 counts as infinite (a penalty such as 1e155): its square overflows float64 in the
+        outcome standardization, and the acquisition then failed on an ill-conditioned covariance."""
         done, rows = [], []
         for r in history:
             if r.state != "complete":
                 continue  # failed/interrupted: not modelled, but their keys stay in `seen`
             y = [objective_value(r, k) * (1.0 if d == "max" else -1.0) for k, d in objectives]
-            if all(v == v and abs(v) != float("inf") for v in y):
+            if all(v == v and abs(v) <= _HUGE for v in y):
                 done.append(r)
                 rows.append(y)
         return done, torch.tensor(rows, dtype=torch.float64).reshape(len(rows), len(objectives))
@@ -499,6 +501,9 @@ class BoTorchProposer:
         vals = torch.cat([acqf(X_pool[i : i + self.chunk].unsqueeze(1))  # (chunk, 1, D) → (chunk,)
                           for i in range(0, len(X_pool), self.chunk)])
         return torch.nan_to_num(vals, nan=-float("inf"))
+
+
+_HUGE = 1e150  # larger outcomes are not modelled (see `_targets`)
 
 
 def kernel(dim: int, batch_shape: torch.Size | None = None) -> ScaleKernel:

@@ -13,8 +13,10 @@ value lies on the distribution's grid.
 
 from __future__ import annotations
 
+import json
 import secrets
 import threading
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -83,7 +85,19 @@ class SROSampler(BaseSampler):
         self._n_startup = n_startup_trials
         self._pool_size = pool_size
         self._mc_samples = mc_samples
-        self._proposers: dict[tuple[Any, ...], BoTorchProposer] = {}  # one per search space: warm GP fits
+        self._proposers: dict[tuple[Any, ...], BoTorchProposer] = {}  # one per study and space: warm GP fits
+        self._lock = threading.Lock()
+        self._warned: set[tuple[Any, ...]] = set()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Picklable (Ray Tune checkpoints, spawned workers): without its lock and its fitted proposers,
+        which a copy rebuilds from the study's trials."""
+        state = dict(self.__dict__)
+        state["_lock"], state["_proposers"] = None, {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
         self._lock = threading.Lock()
 
     def reseed_rng(self) -> None:
@@ -106,10 +120,14 @@ class SROSampler(BaseSampler):
             return {}
         directions = ["max" if d == StudyDirection.MAXIMIZE else "min" for d in study.directions]
         objectives = [(f"value{i}", d) for i, d in enumerate(directions)]
-        trials = study._get_trials(deepcopy=False, use_cache=True)
-        history = _records(trials, search_space, len(objectives), exclude=trial.number)
-        key = tuple(sorted((n, repr(d)) for n, d in search_space.items())) + (tuple(directions),)
+        # the study in the key: a sampler reused for a second study must not keep the first one's GP fit
+        key = (study._study_id, study.study_name, tuple(sorted((n, repr(d)) for n, d in search_space.items())),
+               tuple(directions))
         with self._lock:
+            # the trials are read under the lock, so that a proposal another thread of optimize(n_jobs > 1)
+            # has just made (its trial has no params yet) is a pending point here, not a blank
+            trials = study._get_trials(deepcopy=False, use_cache=True)
+            history = _records(trials, search_space, len(objectives), exclude=trial.number)
             proposer = self._proposers.get(key)
             if proposer is None:
                 space = RecipeSpace([to_param(n, d) for n, d in search_space.items()])
@@ -117,24 +135,46 @@ class SROSampler(BaseSampler):
                                            n_init=self._n_startup, pool_size=self._pool_size,
                                            mc_samples=self._mc_samples)
                 self._proposers[key] = proposer
-            picked = proposer.propose(history, 1)
-        if not picked:  # a tiny discrete space with every point tried: let the random sampler repeat one
-            return {}
-        return {n: to_optuna_value(d, picked[0].values[n]) for n, d in search_space.items()}
+            try:
+                picked = proposer.propose(history, 1)
+            except Exception as e:  # a sampler's failure must not end the user's study: sample at random
+                warnings.warn(f"SROSampler: proposing trial {trial.number} failed ({type(e).__name__}: {e}); "
+                              "this trial is sampled at random", stacklevel=2)
+                return {}
+            if not picked:  # every distinct point tried: let the random sampler repeat one
+                if key not in self._warned:
+                    self._warned.add(key)
+                    warnings.warn("SROSampler: no untried point is left in the search space (values are told "
+                                  "apart at 6 significant digits, steps and choices exactly); the following "
+                                  "trials are sampled at random", stacklevel=2)
+                return {}
+            values = {n: to_optuna_value(d, picked[0].values[n]) for n, d in search_space.items()}
+            # other workers (threads or processes on the same storage) read it as this trial's pending point
+            study._storage.set_trial_system_attr(trial._trial_id, PROPOSAL_ATTR, json.dumps(picked[0].values))
+        return values
 
     def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution) -> Any:
         return self._random.sample_independent(study, trial, param_name, param_distribution)
 
 
+PROPOSAL_ATTR = "sro:proposal"  # a trial's system attribute: the recipe values SROSampler proposed for it
+
+
 def _records(trials: Sequence[FrozenTrial], search_space: dict[str, BaseDistribution], m: int,
              exclude: int) -> list[TrialRecord]:
     """Trials as `TrialRecord`s over `search_space`; a trial missing a parameter, or with a value the
-    current distribution does not contain, is kept (as not complete) only for the Sobol position."""
+    current distribution does not contain, is kept (as not complete) only for the Sobol position. A
+    running trial whose objective has not suggested its parameters yet is its proposal, as a pending point."""
     out = []
     for t in trials:
         if t.number == exclude:
             continue
+        if t.state in (TrialState.RUNNING, TrialState.WAITING) and not all(n in t.params for n in search_space):
+            proposed = _proposal(t, search_space)
+            if proposed is not None:
+                out.append(TrialRecord(t.number, "running", Recipe(proposed), {}))
+                continue
         values, fits = {}, True
         for n, d in search_space.items():
             try:
@@ -151,3 +191,23 @@ def _records(trials: Sequence[FrozenTrial], search_space: dict[str, BaseDistribu
         out.append(TrialRecord(t.number, state, Recipe(values if fits else {"_trial": t.number}), scores))
     return out
 
+
+
+def _proposal(t: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any] | None:
+    """The recipe values SROSampler proposed for running trial `t`, if they are of `search_space`."""
+    raw = t.system_attrs.get(PROPOSAL_ATTR)
+    if not isinstance(raw, str):
+        return None
+    try:
+        values = json.loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(values, dict) or set(values) != set(search_space):
+        return None
+    try:
+        if all(search_space[n]._contains(search_space[n].to_internal_repr(to_optuna_value(search_space[n], v)))
+               for n, v in values.items()):
+            return values
+    except (ValueError, TypeError):
+        pass
+    return None
