@@ -330,7 +330,7 @@ class Ledger:
         host that is gone, or a trial on any host with no heartbeat for `STALE_BEATS` intervals. Reads only."""
         if not running:
             return []
-        host, out = socket.gethostname(), []
+        host, me, out = socket.gethostname(), _host_id(), []
         stale = set(self.storage._get_stale_trial_ids(self.study._study_id))  # Optuna's own heartbeat table
         grace = STALE_BEATS * self.heartbeat_s
         silent = _never_beat(self.storage, [t._trial_id for t in running])
@@ -338,7 +338,10 @@ class Ledger:
             pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
             # a gone process of this host first: the surest reason, and the same however long ago it died
             # (read a moment later, its trial would also have missed its heartbeats)
-            if thost == host and pid is not None and not _alive(int(pid), t.user_attrs.get("pid_started")):
+            # "this host" by the name and by the pid namespace: containers that share a hostname (docker
+            # --network host, --hostname, k8s hostNetwork) do not see each other's pids (a review, stop 37)
+            here = thost == host and t.user_attrs.get("host_id", me) == me
+            if here and pid is not None and not _alive(int(pid), t.user_attrs.get("pid_started")):
                 why = "interrupted: its process died"
             elif t._trial_id in silent and time.time() - float(t.user_attrs.get("started", time.time())) > grace:
                 # killed between its claim and its first heartbeat, which Optuna never takes for dead
@@ -385,7 +388,8 @@ class Ledger:
             state=TrialState.RUNNING, params={k: recipe.values[k] for k in dists}, distributions=dists,
             user_attrs={"recipe": recipe.to_dict(), "key": recipe.key, "pid": os.getpid(),
                         "pid_started": _process_started(os.getpid()),
-                        "host": socket.gethostname(), "space_version": space.version, "started": time.time()})
+                        "host": socket.gethostname(), "host_id": _host_id(), "space_version": space.version,
+                        "started": time.time()})
         trial = optuna.Trial(self.study, _again(lambda: self.storage.create_new_trial(self.study._study_id,
                                                                                     template_trial=frozen)))
         # the first beat at once: a trial without any heartbeat is never taken for dead by Optuna
@@ -776,6 +780,16 @@ def _process_started(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_text()
         return int(stat.rsplit(")", 1)[1].split()[19])
     except (OSError, IndexError, ValueError):
+        return None
+
+
+def _host_id() -> str | None:
+    """The boot and the pid namespace this process runs in (Linux; None elsewhere): two processes see each
+    other's pids only where both are the same, whatever their hostnames say."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}/{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
         return None
 
 

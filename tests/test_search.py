@@ -1293,6 +1293,28 @@ def test_a_trial_killed_after_its_result_completes_and_one_killed_before_its_fir
     assert u.number == 1 and "its process died" in recs[2].message
 
 
+def test_a_trial_of_another_pid_namespace_with_this_hostname_is_judged_by_its_heartbeat(micro_project, tmp_path):
+    """Two containers with one hostname (docker --network host, k8s hostNetwork) do not see each other's
+    pids: a live worker's trial there was marked dead by pid, and its recipe trained twice (a review,
+    stop 37). A trial's host is its name and its boot/pid namespace; another one waits for heartbeats."""
+    from sro.ledger import _host_id
+
+    project = load_project(micro_project("ns"))
+    ledger = Ledger(project, tmp_path / "ns")
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    a, b = (Recipe(v, dict(space.fixed)) for v in space.sobol(2, seed=0))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    for recipe, host_id in ((a, "another-boot/4026531836"), (b, _host_id())):
+        t = ledger.start(recipe, space)
+        ledger._stop_heartbeat(t)
+        t.set_user_attr("pid", dead.pid)  # the other container's pid, which this one cannot see
+        t.set_user_attr("host_id", host_id)
+    recs = Ledger(project, tmp_path / "ns").records()
+    assert _host_id() is not None  # Linux: /proc has both
+    assert [(r.number, r.state) for r in recs] == [(0, "running"), (1, "interrupted")]
+
+
 def test_a_cached_tiny_model_is_said_to_come_from_the_cache(micro_project, tmp_path):
     """Every run said "pre-training ... for 800 steps", a cached model too, so a build of minutes could not be
     told from a read of a second (a review, stop 28)."""
