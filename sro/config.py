@@ -365,6 +365,23 @@ class ProjectConfig(_Strict):
         return data
 
 
+def _storage_from(url: str | None, base_dir: Path) -> str | None:
+    """A SQLite `storage:` with a relative path, read from the project's folder as `jsonl:` paths are: it
+    was read from the working directory, so a search rerun from another folder started a second study
+    over the same run folder, overwriting its report (a review, stop 37)."""
+    if url is None:
+        return None
+    from sqlalchemy.engine import make_url
+
+    parsed = make_url(url)
+    db = parsed.database
+    if not parsed.drivername.startswith("sqlite") or not db or db == ":memory:" or db.startswith("file:") \
+            or os.path.isabs(db):
+        return url
+    return parsed.set(database=str((base_dir / Path(db).expanduser()).resolve())).render_as_string(
+        hide_password=False)
+
+
 def _key_path(loc: tuple[Any, ...]) -> str:
     out = ""
     for part in loc:
@@ -550,6 +567,7 @@ def project_from_data(data: Any, base_dir: str | os.PathLike[str], where: str, t
         if (lacks := not_a_model_folder(project.base_model)) is not None:
             raise ConfigError(f"{where}: base_model: {given} {lacks} ({project.base_model}); save the model "
                               "(and its tokenizer) there with save_pretrained(), or give an HF model id")
+    project.storage = _storage_from(project.storage, base_dir)
     try:
         _check_sources(project, base_dir)
         _read_start_recipes(project, base_dir)

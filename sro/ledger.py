@@ -203,6 +203,8 @@ class Ledger:
             _roll_back_a_killed_write(file)
         if create:
             self.run_dir.mkdir(parents=True, exist_ok=True)
+            if file is not None:  # `storage: sqlite:///studies/x.db`: SQLite makes the file, not its folder
+                file.parent.mkdir(parents=True, exist_ok=True)
         self.objectives = project.objective_directions()
         directions = ["maximize" if d == "max" else "minimize" for _, d in self.objectives]
         self.heartbeat_s = int(project.heartbeat_s)

@@ -243,6 +243,24 @@ def test_mixing_textworld_and_single_turn_domains_is_refused(micro_project):
     assert "agent domains" not in msg  # there is no agent domain to move out (a review, stop 35)
 
 
+def test_a_relative_sqlite_storage_is_read_from_the_projects_folder(micro_project, tmp_path, monkeypatch):
+    """`storage: sqlite:///studies/x.db` names a file beside the project, as `jsonl:` paths do, whatever
+    the working directory (it was read from there: a rerun from another folder began a second study)."""
+    path = micro_project("rel", "storage: sqlite:///studies/x.db\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    project = load_project(path)
+    assert project.storage == f"sqlite:///{(tmp_path / 'studies' / 'x.db').resolve()}"
+    assert project.portable_dump()["storage"] == project.storage  # what runs/<name>/project.yaml keeps
+    from sro.ledger import Ledger
+
+    Ledger(project, tmp_path / "runs" / "rel")  # a search's open makes the file's folder
+    assert (tmp_path / "studies" / "x.db").is_file() and not (elsewhere / "studies").exists()
+    absolute = load_project(micro_project("abs", f"storage: sqlite:///{tmp_path}/a.db\n"))
+    assert absolute.storage == f"sqlite:///{tmp_path}/a.db"
+
+
 def test_storage_must_be_a_url(micro_project):
     msg = _err(micro_project, lambda d: d.update(storage="notaurl"))
     assert "storage: storage 'notaurl' is not an SQLAlchemy URL" in msg and "sqlite:///" in msg
