@@ -134,8 +134,11 @@ def search(
               "are kept — rerun the same command to resume", 143 if isinstance(e, Terminated) else 130)
         return
     except Exception as e:
+        from sro.ledger import STORAGE_ERRORS, storage_failure, study_url
         from sro.search import RepeatedFailure
 
+        if isinstance(e, STORAGE_ERRORS):  # an outage that outlived the retries: was a traceback (stop 37)
+            _fail(storage_failure(e, study_url(proj, runs / proj.name)), 1)
         if not isinstance(e, RepeatedFailure):
             raise
         _fail(str(e), 1)  # the environment, not the input

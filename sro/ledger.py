@@ -192,7 +192,7 @@ class Ledger:
         self.project = project
         self.run_dir = Path(run_dir)
         self.read_only = not create
-        url = project.storage or f"sqlite:///{self.run_dir / 'study.db'}"
+        self.url = url = study_url(project, self.run_dir)
         opened, file = url, _sqlite_file(url)
         if not create and file is not None:
             if not file.is_file():
@@ -235,8 +235,10 @@ class Ledger:
             except KeyError:  # load_study: no such study in the storage
                 raise NoStudyError(f"storage {_shown(url)} has no study {project.name!r} (run `sro search` on its "
                                    "project first)") from None
-            except sqlalchemy.exc.SQLAlchemyError as e:
-                if not create and file is not None and "readonly database" in str(e) \
+            except STORAGE_ERRORS as e:  # Optuna wraps some of SQLAlchemy's in its StorageInternalError
+                if file is not None and storage_failure(e, url).startswith(f"{file} is damaged"):
+                    raise ConfigError(storage_failure(e, url)) from None  # was a traceback (a review, stop 37)
+                if not create and file is not None and "readonly database" in str(e) + cause(e) \
                         and _journal(file.resolve()).is_file():
                     raise ConfigError(
                         f"{file}: a search killed while writing left a half-written change in "
@@ -247,8 +249,7 @@ class Ledger:
                 # workers started together race to create the storage's tables or the study (a
                 # unique-constraint or "database is locked" error); the loser finds them made
                 if attempt == 4:
-                    raise ConfigError(f"storage {_shown(url)}: cannot open the study ({type(e).__name__}: "
-                                      f"{str(getattr(e, 'orig', None) or e).splitlines()[0]}); check `storage:` "
+                    raise ConfigError(f"storage {_shown(url)}: cannot open the study ({cause(e)}); check `storage:` "
                                       "(the server is up, the database exists, the URL is right)") from None
                 time.sleep(0.5 * (attempt + 1))
         if list(self.study.directions) != [optuna.study.StudyDirection[d.upper()] for d in directions]:
@@ -281,10 +282,10 @@ class Ledger:
 
     # --- study-level facts --------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:
-        return self.study.user_attrs.get(key, default)
+        return _again(lambda: self.study.user_attrs).get(key, default)
 
     def put(self, key: str, value: Any) -> None:
-        self.study.set_user_attr(key, value)
+        _again(lambda: self.study.set_user_attr(key, value))
 
     def shared_space(self) -> RecipeSpace | None:
         """The search space the study's workers share: published by the first worker to design or load
@@ -311,7 +312,8 @@ class Ledger:
         by whichever worker gets there first) and return their recipes; one whose outcome was recorded
         before its process died ends with that outcome instead."""
         out = []
-        for t, note in self._dead(self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))):
+        running = _again(lambda: self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)))
+        for t, note in self._dead(running):
             outcome = t.user_attrs.get("outcome")
             if outcome is not None:  # its process died after recording how it ended, before saying it ended
                 self._end_as_recorded(t._trial_id, outcome)
@@ -594,7 +596,7 @@ class Ledger:
 
     def records(self) -> list[TrialRecord]:
         out = []
-        trials, notes = self.study.get_trials(deepcopy=False), None
+        trials, notes = _again(lambda: self.study.get_trials(deepcopy=False)), None
         if self.read_only:  # the trials `recover` would end, as it would record them
             trials, notes = self._as_recovered(trials)
         for t in trials:
@@ -762,6 +764,32 @@ def _shown(url: str) -> str:
         return url
 
 
+def study_url(project: ProjectConfig, run_dir: Path) -> str:
+    """Where the study of `project` is: its `storage:`, or `study.db` in its run folder."""
+    return project.storage or f"sqlite:///{run_dir / 'study.db'}"
+
+
+def cause(e: BaseException) -> str:
+    """The first line of the error underneath `e`: Optuna wraps a storage's own error (SQLite's "database disk
+    image is malformed", PostgreSQL's "connection refused") in a StorageInternalError whose text is generic."""
+    while (inner := e.__cause__ or e.__context__) is not None and inner is not e:
+        e = inner
+    text = str(getattr(e, "orig", None) or e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0] if text else ''}"
+
+
+def storage_failure(e: BaseException, url: str) -> str:
+    """One line for a storage error that outlived its retries: what failed underneath, and what to do."""
+    why = cause(e)
+    file = _sqlite_file(url)
+    if file is not None and any(s in why for s in ("malformed", "not a database", "disk I/O error")):
+        return (f"{file} is damaged ({why}); restore it from a backup, or salvage it with "
+                f"`sqlite3 {file} .recover | sqlite3 {file.with_name('recovered.db')}`; the run folder's "
+                "trials.json holds the trials of its last report")
+    return (f"storage {_shown(url)} failed ({why}); finished trials are kept: rerun the same command to resume "
+            "once the storage is reachable")
+
+
 def _again(write: Callable[[], Any], attempts: int = 5) -> Any:
     """`write()`, retried with back-off (0.5, 1, 2, 4 s) while the storage is busy; the last error is raised."""
     for attempt in range(attempts):
@@ -770,7 +798,7 @@ def _again(write: Callable[[], Any], attempts: int = 5) -> Any:
         except STORAGE_BUSY as e:
             if attempt == attempts - 1:
                 raise
-            _log.warning("storage busy (%s); writing again in %.1fs", e, 0.5 * 2**attempt)
+            _log.warning("storage busy (%s); trying again in %.1fs", cause(e), 0.5 * 2**attempt)
             time.sleep(0.5 * 2**attempt)
 
 

@@ -3,6 +3,7 @@ record until the budget is spent. Everything lands in the ledger as it happens, 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import signal
@@ -401,6 +402,27 @@ def _check_gpu_budget(budget: Budget, project: ProjectConfig, console: Console) 
                   "GPU-hours; the other limits end the search[/]", highlight=False)
 
 
+def _refuse_a_lost_study(ledger: Ledger, run_dir: Path) -> None:
+    """A study with no trial in a run folder whose trials.json lists some: its study.db was emptied or lost
+    (a 0-byte file after a full disk, a partial copy). The search started over and overwrote trials.json and
+    report.html, the last copies of its results (a review, stop 37)."""
+    listed = run_dir / "trials.json"
+    if not listed.is_file() or ledger.study.get_trials(deepcopy=False):
+        return
+    try:
+        n = len(json.loads(listed.read_text()))
+    except (OSError, ValueError, TypeError):
+        return
+    if n:
+        from sro.config import ConfigError
+        from sro.ledger import _shown
+
+        raise ConfigError(f"storage {_shown(ledger.url)}: the study holds no trial, but {listed} lists {n} from its last "
+                          "report (the study was emptied or lost: a 0-byte study.db, a partial copy); restore the "
+                          f"study from a backup, or move {run_dir} aside to start over (its trials.json and "
+                          "report.html would be overwritten)")
+
+
 def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "runs",
                optimizer: str = "botorch", console: Console | None = None,
                pruning: bool | None = None) -> SearchSummary:
@@ -410,6 +432,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     _check_gpu_budget(budget, project, console)
     run_dir = runs_root / project.name
     ledger = Ledger(project, run_dir)
+    _refuse_a_lost_study(ledger, run_dir)
     if ledger.changed:
         more = f" (and {len(ledger.changed) - 3} more)" if len(ledger.changed) > 3 else ""
         console.print(f"the project changed since {run_dir} was started ({escape('; '.join(ledger.changed[:3]))}"

@@ -152,6 +152,13 @@ def test_budget_names_a_limit_given_twice_in_the_users_words(text, message):
         Budget.parse(text)
 
 
+def test_a_bare_M_budget_is_ambiguous_not_minutes():
+    """`5M` beside `5Mtok` in the help was read as 5 minutes, silently (a review, stop 37)."""
+    with pytest.raises(BudgetError, match=re.escape("budget '5M' is ambiguous: write 5m for minutes, or 5Mtok")):
+        Budget.parse("5M")
+    assert Budget.parse("5m").wall_s == 300.0 and Budget.parse("5Min").wall_s == 300.0
+
+
 def test_budget_accounting():
     b = Budget.parse("10m,3trials")
     assert b.exhausted(Spent(wall_s=100, trials=2)) is None

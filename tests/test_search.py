@@ -1315,6 +1315,58 @@ def test_a_trial_of_another_pid_namespace_with_this_hostname_is_judged_by_its_he
     assert [(r.number, r.state) for r in recs] == [(0, "running"), (1, "interrupted")]
 
 
+def test_a_damaged_study_db_and_a_storage_outage_are_one_line(micro_project, tmp_path, monkeypatch):
+    """A study.db with damaged pages was a traceback from every verb (Optuna's StorageInternalError, whose own
+    text blames the data of a commit), and an outage longer than the retries outside a trial's writes (while
+    the base model was scored) killed the search with one (a review, stop 37)."""
+    from optuna.exceptions import StorageInternalError
+
+    project = load_project(micro_project("dmg"))
+    run_dir = tmp_path / "runs" / "dmg"
+    _run_with_one_trial(project, run_dir)
+    db = run_dir / "study.db"
+    data = bytearray(db.read_bytes())
+    assert len(data) > 3 * 4096
+    data[4096:len(data) - 4096] = os.urandom(len(data) - 8192)  # the header kept: "disk image is malformed"
+    db.write_bytes(bytes(data))
+    for args in (["show", str(run_dir)], ["search", str(micro_project("dmg")), "--runs", str(tmp_path / "runs")]):
+        res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+        flat = " ".join(res.output.split())
+        assert res.exit_code == 2 and f"{db} is damaged" in flat and ".recover" in flat, (args, res.output[-800:])
+        assert isinstance(res.exception, SystemExit), res.exception  # typer's exit, not an error
+
+    def outage(*args, **kw):
+        try:
+            raise sqlalchemy.exc.OperationalError("SELECT 1", {}, ConnectionRefusedError("connection refused"))
+        except sqlalchemy.exc.OperationalError as e:
+            raise StorageInternalError("An exception is raised during the commit.") from e
+
+    monkeypatch.setattr("sro.search.run_search", outage)
+    res = CliRunner().invoke(app, ["search", str(micro_project("up")), "--runs", str(tmp_path / "runs2")],
+                             env={"COLUMNS": "300"})
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 1 and "connection refused" in flat and "finished trials are kept" in flat, res.output
+
+
+def test_a_lost_study_beside_a_report_of_trials_is_refused(micro_project, tmp_path):
+    """A 0-byte study.db (a full disk, a partial copy) beside a trials.json of four trials: the search started
+    over and overwrote trials.json and report.html, the last copies of the results (a review, stop 37)."""
+    project = load_project(micro_project("lost"))
+    run_dir = tmp_path / "runs" / "lost"
+    _run_with_one_trial(project, run_dir)
+    from sro.report import write_report
+
+    write_report(run_dir)
+    before = (run_dir / "trials.json").read_text()
+    (run_dir / "study.db").write_bytes(b"")
+    res = CliRunner().invoke(app, ["search", str(micro_project("lost")), "--runs", str(tmp_path / "runs")],
+                             env={"COLUMNS": "300"})
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 2 and "the study holds no trial, but" in flat and "lists 1 from its last report" in flat, \
+        res.output
+    assert (run_dir / "trials.json").read_text() == before
+
+
 def test_a_cached_tiny_model_is_said_to_come_from_the_cache(micro_project, tmp_path):
     """Every run said "pre-training ... for 800 steps", a cached model too, so a build of minutes could not be
     told from a read of a second (a review, stop 28)."""
