@@ -22,9 +22,11 @@ import difflib
 import hashlib
 import inspect
 import json
+import math
+import numbers
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,27 @@ class Guarded(TextEnv):
             if not isinstance(got, list) or not all(isinstance(c, str) for c in got):
                 raise TypeError(f"environment {self.name!r} at {at}: StepInfo.{what} must be a list of command "
                                 f"strings (got {got!r:.80})")
+        # the fields SRO computes with: a score of None was a TypeError out of the trial, a max_score of 0 made
+        # scores of 1e9 (a review, stop 37); numpy's bools and numbers are taken as Python's
+        if not isinstance(st.state_key, str):
+            raise TypeError(f"environment {self.name!r} at {at}: StepInfo.state_key must be a str "
+                            f"(got {st.state_key!r:.80})")
+        flags = {}
+        for what in ("valid", "won", "lost"):
+            got = getattr(st, what)
+            if not isinstance(got, Hashable) or got not in (True, False):
+                raise TypeError(f"environment {self.name!r} at {at}: StepInfo.{what} must be True or False "
+                                f"(got {got!r:.80})")
+            flags[what] = bool(got)
+        for what in ("score", "max_score"):
+            got = getattr(st, what)
+            if not isinstance(got, numbers.Real) or isinstance(got, bool) or not math.isfinite(got):
+                raise TypeError(f"environment {self.name!r} at {at}: StepInfo.{what} must be a finite number "
+                                f"(got {got!r:.80})")
+        if st.max_score <= 0:
+            raise TypeError(f"environment {self.name!r} at {at}: StepInfo.max_score must be > 0 (got "
+                            f"{st.max_score!r}); an environment without a score leaves it at 1")
+        st = dataclasses.replace(st, **flags, score=float(st.score), max_score=float(st.max_score))
         self._admissible = list(dict.fromkeys(normalize_command(c) for c in st.admissible))
         self._spelling = {}  # the adapter's spelling of every command it named, to send back: its first one
         for c in [*st.admissible, *st.walkthrough]:

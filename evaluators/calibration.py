@@ -58,18 +58,20 @@ def auroc(scores: Sequence[float], labels: Sequence[bool]) -> float:
     s = np.asarray(scores, dtype=float)
     y = np.asarray(labels, dtype=bool)
     n_pos, n_neg = int(y.sum()), int((~y).sum())
-    if n_pos == 0 or n_neg == 0:
+    if n_pos == 0 or n_neg == 0 or not np.isfinite(s).all():
         return float("nan")
     ranks = rankdata(s)  # average ranks handle ties
     return float((ranks[y].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg))
 
 
 def ece(probs: Sequence[float], labels: Sequence[bool], bins: int = 10) -> float:
-    """Σ_b (n_b/N)·|mean(y in b) − mean(c in b)| over equal-width bins of [0, 1] (1.0 in the last bin)."""
-    p = np.clip(np.asarray(probs, dtype=float), 0.0, 1.0)
+    """Σ_b (n_b/N)·|mean(y in b) − mean(c in b)| over equal-width bins of [0, 1] (1.0 in the last bin); NaN
+    without records or with a confidence that is not a number."""
+    p = np.asarray(probs, dtype=float)
     y = np.asarray(labels, dtype=float)
-    if p.size == 0:
+    if p.size == 0 or not np.isfinite(p).all():  # a NaN fell in no bin yet counted in N (a review, stop 37)
         return float("nan")
+    p = np.clip(p, 0.0, 1.0)
     idx = np.minimum((p * bins).astype(int), bins - 1)
     total = 0.0
     for b in range(bins):

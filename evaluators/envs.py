@@ -121,7 +121,7 @@ class EpisodeResult:
     invalid: int
     """Steps whose command was not admissible."""
     reason: str
-    """won | lost | step limit | env error: ..."""
+    """won | lost | step limit | ended | env error: ..."""
 
 
 def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
@@ -130,6 +130,12 @@ def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
     steps = sum(r.steps for r in results)
     return {"success": sum(r.success for r in results) / n, "score": sum(r.score for r in results) / n,
             "steps": steps / n, "invalid_rate": sum(r.invalid for r in results) / max(1, steps)}
+
+
+def end_reason(st: StepInfo, truncated: bool) -> str:
+    """Why an episode ended: won, lost, the step limit (truncated), or `ended` (the environment ended it
+    neither won nor lost, which read as "step limit" until stop 37)."""
+    return "won" if st.won else "lost" if st.lost else "step limit" if truncated else "ended"
 
 
 def play(env: TextEnv, act: Callable[[str, StepInfo], str]) -> EpisodeResult:
@@ -154,7 +160,6 @@ def play(env: TextEnv, act: Callable[[str, StepInfo], str]) -> EpisodeResult:
             st = info["step"]
             invalid += not st.valid
             if term or trunc:
-                reason = "won" if st.won else "lost" if st.lost else "step limit"
-                return EpisodeResult(st.won, st.score / max(st.max_score, 1e-9), steps, invalid, reason)
+                return EpisodeResult(st.won, st.score / max(st.max_score, 1e-9), steps, invalid, end_reason(st, trunc))
     finally:
         close_quietly(env)

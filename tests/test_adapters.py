@@ -52,6 +52,43 @@ def _task(seed: int = 5, **config):
                      seed)
 
 
+@pytest.mark.parametrize("field,value,says", [
+    ("score", None, "StepInfo.score must be a finite number (got None)"),
+    ("score", float("nan"), "StepInfo.score must be a finite number (got nan)"),
+    ("max_score", 0.0, "StepInfo.max_score must be > 0 (got 0.0)"),
+    ("won", "yes", "StepInfo.won must be True or False (got 'yes')"),
+    ("state_key", 3, "StepInfo.state_key must be a str (got 3)"),
+])
+def test_a_malformed_step_info_ends_the_episode_naming_the_adapter(field, value, says):
+    """A score of None was a TypeError out of the trial, past the episode's guard, and a max_score of 0 made
+    scores of 1e9 (a review, stop 37): each is an env error naming the adapter and the field."""
+    from dataclasses import replace
+
+    from evaluators.adapters import Guarded
+    from evaluators.envs import EnvSettings, StepInfo
+
+    class Bad(TextEnv):
+        def reset(self, *, seed=None, options=None):
+            return "start", {"step": StepInfo(["look"], "s0")}
+
+        def step(self, action):
+            return "end", 0.0, True, False, {"step": replace(StepInfo(["look"], "s1", won=True, score=1.0),
+                                                             **{field: value})}
+
+    env = Guarded(lambda: Bad(EnvSettings(max_steps=3)), "bad", 0, EnvSettings(max_steps=3))
+    res = play(env, lambda obs, st: "look")
+    assert not res.success and res.reason.startswith("env error: TypeError: environment 'bad' at step: ") \
+        and says in res.reason, res.reason
+    import numpy as np
+
+    good = Guarded(lambda: Bad(EnvSettings(max_steps=3)), "ok", 0, EnvSettings(max_steps=3))
+    _, info = good.reset()
+    assert info["step"].score == 0.0
+    Bad.step = lambda self, a: ("end", 0.0, True, False, {"step": StepInfo(["look"], "s1", won=np.bool_(True),
+                                                                           score=np.float32(1.0))})
+    assert play(good, lambda obs, st: "look").success  # numpy's bool and float are taken
+
+
 def test_an_env_source_plays_the_adapters_games_with_sros_rules():
     task = _task()
     assert task.multi_turn and task.n_games == 4

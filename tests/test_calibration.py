@@ -24,6 +24,8 @@ def test_ece_by_hand():
     got = ece([0.2, 0.2, 1.0, 0.9], [0, 1, 1, 1])
     assert got == pytest.approx(0.5 * 0.3 + 0.5 * 0.05)
     assert ece([0.0, 1.0], [0, 1]) == 0.0
+    # a confidence that is not a number fell in no bin yet counted in N: 0.25 instead of NaN (stop 37)
+    assert math.isnan(ece([float("nan"), 0.5], [1, 1])) and math.isnan(auroc([float("nan"), 0.5], [1, 0]))
 
 
 def test_brier_by_hand():

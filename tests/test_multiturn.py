@@ -12,10 +12,11 @@ import pytest
 import torch
 
 from evaluators.calibration import confidence_question
-from evaluators.envs import EnvSettings, StepInfo, TextEnv
+from evaluators.envs import EnvSettings, StepInfo, TextEnv, resolve_action
 from evaluators.sources import SourceSpec
 from evaluators.envs import EpisodeResult, play
 from trainers.grpo import GRPOConfig
+from trainers.core import ADVANTAGES
 from trainers.models import load_policy
 from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,
                                 credit, evaluate_episodes, expected_confidence, multi_turn_config, pack,
@@ -50,7 +51,7 @@ class Corridor(TextEnv):
         self.steps += 1
         if self.crash_at is not None and self.steps >= self.crash_at:
             raise RuntimeError("engine fell over")
-        cmd = action.strip().split("\n")[0].strip()
+        cmd = resolve_action(action, self.ROOMS[self.room][0])  # as TextWorld's env and SRO's Guarded do
         valid = cmd in self.ROOMS[self.room][0]
         won = self.room == "vault" and cmd == "take coin"
         if self.room == "hall" and cmd == "go east":
@@ -134,6 +135,65 @@ def test_proas_with_lambda_zero_and_neutral_graph_is_grpo_in_the_trainer():
     cfg = MultiTurnConfig(GRPOConfig(group_size=4), credit="proas", proas=ProASConfig(graph_source="rules"))
     shaped = credit(eps, rewards, cfg, g)
     assert shaped[2][0] == 0.0 and shaped[2][1] > 0
+
+
+def test_an_episode_the_env_crashed_is_left_out_of_its_groups_baseline():
+    """A crash scored 0 in its group's mean and std, so its siblings got credit they had not earned: three
+    wins and a crash gave each win +0.5 (a review, stop 37). Its own steps get 0 and are not trained on."""
+    def crashed_at_reset() -> Episode:
+        e = Episode("g")
+        e.result = EpisodeResult(False, 0.0, 0, 0, "env error at reset: ConnectionError: simulator down")
+        return e
+
+    def mid_crash() -> Episode:
+        e = _episode([("s0", "go east")], False)
+        e.result = replace(e.result, reason="env error: BrokenPipeError: engine process exited")
+        return e
+
+    cfg = MultiTurnConfig(GRPOConfig(group_size=4))
+    wins = [crashed_at_reset()] + [_episode([("s0", "go east"), ("s1", "take coin")], True) for _ in range(3)]
+    assert credit(wins, torch.tensor([0.0, 1.0, 1.0, 1.0]), cfg, None) == [[], [0.0] * 2, [0.0] * 2, [0.0] * 2]
+    mixed = [mid_crash(), _episode([("s0", "go east")], True), _episode([("s0", "go west")], False),
+             _episode([("s0", "go east")], True)]
+    got = credit(mixed, torch.tensor([0.0, 1.0, 0.0, 1.0]), cfg, None)
+    survivors = ADVANTAGES.get(cfg.base.scale_rewards)(torch.tensor([1.0, 0.0, 1.0]), 3).tolist()
+    assert got == [[0.0], [survivors[0]], [survivors[1]], [survivors[2]]]
+
+
+class _FreeText(TextEnv):
+    """A free-text environment: it lists no commands and accepts any text of even length; two steps win."""
+
+    def __init__(self) -> None:
+        super().__init__(EnvSettings(max_steps=2))
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return "type anything", {"step": StepInfo([], "s0", True, walkthrough=["hi"])}
+
+    def step(self, action: str):
+        self.t += 1
+        won = self.t == 2
+        return "ok", float(won), won, False, {"step": StepInfo([], f"s{self.t}", True, won=won, score=float(won))}
+
+
+def test_a_steps_validity_is_the_environments_verdict(policy):
+    """`Step.valid` was the command's membership in the listed commands, not what the environment said: a
+    free-text adapter's every step read invalid, and ProAS's rules gave its won episodes zero credit."""
+    model, tok = load_policy(policy, "cpu")
+    eps = play_episodes(model, tok, [_FreeText(), _FreeText()], ["a", "b"], greedy=True, max_new_tokens=5)
+    assert all(e.result.success and e.result.invalid == 0 for e in eps)
+    assert [s.valid for e in eps for s in e.steps] == [True] * 4
+    assert play(_FreeText(), lambda obs, st: "hello").invalid == 0
+
+
+def test_an_episode_the_env_ends_neither_won_nor_lost_is_ended_not_the_step_limit():
+    class Quits(Corridor):
+        def step(self, action):
+            obs, r, _, _, info = super().step(action)
+            return obs, r, True, False, info  # the game is over, neither won nor lost
+
+    assert play(Quits(max_steps=4), lambda obs, st: "go west").reason == "ended"
+    assert play(Corridor(max_steps=2), lambda obs, st: "go west").reason == "step limit"
 
 
 def test_rollout_keeps_step_records_and_survives_env_crash(policy):
@@ -297,21 +357,35 @@ def test_confidence_question_notes_unlisted_commands(policy, monkeypatch):
                      "take coin (step 3 of 4; 1 earlier not listed)"]
     assert confidence_question("o", "go east", 1, 4) == "o\ndo: go east (step 1 of 4)\nsuccess 0-9?"
     # the question names the command the env ran: a choice's number resolved, only a first line (stop 25)
-    script = iter(["1", "go east\nand dance", "take coin"])
+    script = iter(["1", "take coin\nand dance"])
     (ep,) = play_episodes(model, tok, [Corridor()], ["c"], greedy=True, confidence=True)
     notes = [s.conf_prompt.split("\ndo: ")[1].split("\n")[0] for s in ep.steps]
-    assert notes == ["go east (step 1 of 4)", "go east (step 2 of 4)", "take coin (step 3 of 4)"]
+    assert notes == ["go east (step 1 of 4)", "take coin (step 2 of 4)"] and ep.result.success
+
+
+class _Trap(Corridor):
+    """Every first step loses the game."""
+
+    def step(self, action: str):
+        obs, _, _, _, info = super().step(action)
+        return obs, 0.0, True, False, {"step": replace(info["step"], won=False, lost=True, score=0.0)}
+
+
+class _TrapTask(CorridorTask):
+    def make_env(self, g: int) -> Corridor:
+        return _Trap()
 
 
 def test_calibration_term_reaches_the_confidence_token(policy):
-    """Every episode crashes at its first step: all rewards 0, the GRPO advantage is 0 and the only
-    gradient is the calibration term's, which must lower c_t on the steps of these failed episodes."""
+    """Every episode is lost at its first step: all rewards 0, the GRPO advantage is 0 and the only
+    gradient is the calibration term's, which must lower c_t on the steps of these failed episodes. (Until
+    stop 37 the episodes crashed instead; a crash now grades no confidence and trains nothing.)"""
     changes = {}
     for w in (0.0, 1.0):
         model, tok = load_policy(policy, "cpu")
         cfg = _cfg(confidence=True, calib_weight=w, readout_steps=0)  # the term alone (the readout: below)
         cfg.base.lr = 1e-2
-        tr = MultiTurnTrainer(model, tok, cfg, [CorridorTask(crash_at=1)])
+        tr = MultiTurnTrainer(model, tok, cfg, [_TrapTask()])
         eps = tr.rollout()
         prompt = [s.conf_prompt for e in eps for s in e.steps]
         assert prompt and all("step 1 of 4" in p for p in prompt)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
-from evaluators.envs import EpisodeResult, StepInfo, close_quietly, episode_metrics, resolve_action
+from evaluators.envs import EpisodeResult, StepInfo, close_quietly, end_reason, episode_metrics, resolve_action
 from trainers.algorithms import ALGORITHMS, RecipeValueError, recipe_settings
 from trainers.clocks import BatchSchedule
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl, on_mask
@@ -176,22 +176,24 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
             if conf is not None:
                 step.conf_prompt, step.confidence = cq[j], conf[j]
             ep.steps.append(step)
-            n_invalid = sum(not s.valid for s in ep.steps)
             try:
                 obs, _, term, trunc, info = env.step(ro.texts[j])
             except Exception as e:
-                ep.result = EpisodeResult(False, st.score / max(st.max_score, 1e-9), len(ep.steps), n_invalid,
-                                          f"env error: {type(e).__name__}: {e}")
+                ep.result = EpisodeResult(False, st.score / max(st.max_score, 1e-9), len(ep.steps),
+                                          sum(not s.valid for s in ep.steps), f"env error: {type(e).__name__}: {e}")
                 close_quietly(env)
                 continue
             ep.turns += [ep.obs, f"> {cmd}"]
             ep.obs, ep.info = obs, info["step"]
+            # the environment's verdict on the command, not its membership in the listed commands: a free-text
+            # or synonym-accepting adapter lists few or none, and ProAS gave its won episodes no credit (stop 37)
+            step.valid = bool(ep.info.valid)
             if on_state:
                 on_state(ep.info)
             if term or trunc:
                 s = ep.info
-                reason = "won" if s.won else "lost" if s.lost else "step limit"
-                ep.result = EpisodeResult(s.won, s.score / max(s.max_score, 1e-9), len(ep.steps), n_invalid, reason)
+                ep.result = EpisodeResult(s.won, s.score / max(s.max_score, 1e-9), len(ep.steps),
+                                          sum(not s.valid for s in ep.steps), end_reason(s, trunc))
                 close_quietly(env)
             else:
                 still.append(i)
@@ -244,11 +246,33 @@ def step_validities(eps: Sequence[Episode], graph: ReferenceGraph) -> list[list[
     return [[graph.validity((s.state_key, s.action), admissible=s.valid) for s in e.steps] for e in eps]
 
 
+def crashed(e: Episode) -> bool:
+    """Whether the environment ended `e` by an exception (at reset or at a step): a failure, not a play."""
+    return e.result is not None and e.result.reason.startswith("env error")
+
+
+def group_advantages(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig) -> list[float]:
+    """Each episode's group advantage (`base.scale_rewards`'s estimator), over the group's episodes that the
+    environment did not crash: a crash says nothing about the policy, and as a 0 in the baseline it gave its
+    siblings credit they had not earned (a review, stop 37). Crashed episodes, and a group with fewer than
+    two left, get 0."""
+    estimator, G = ADVANTAGES.get(cfg.base.scale_rewards), cfg.base.group_size
+    if not any(crashed(e) for e in eps):
+        return estimator(rewards, G).tolist()
+    out = [0.0] * len(eps)
+    for start in range(0, len(eps), G):
+        kept = [i for i in range(start, min(start + G, len(eps))) if not crashed(eps[i])]
+        if len(kept) >= 2:
+            for i, a in zip(kept, estimator(rewards[kept], len(kept)).tolist()):
+                out[i] = a
+    return out
+
+
 def credit(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig,
            graph: ReferenceGraph | None, validity: list[list[float]] | None = None) -> list[list[float]]:
     """Per-step advantages of each episode: GRPO's group advantage broadcast, or ProAS's shaping with the
     steps' `validity` (read from `graph` when not given)."""
-    adv = ADVANTAGES.get(cfg.base.scale_rewards)(rewards, cfg.base.group_size).tolist()
+    adv = group_advantages(eps, rewards, cfg)
     if cfg.credit == "grpo" or graph is None:
         return [[a] * len(e.steps) for a, e in zip(adv, eps)]
     return step_advantages(adv, step_validities(eps, graph) if validity is None else validity, cfg.proas)
@@ -371,13 +395,15 @@ class MultiTurnTrainer:
                                       for e in eps])
         prompts, comps, advs = [], [], []
         for e, a in zip(eps, step_adv):
+            if crashed(e):  # its steps are not trained on: the environment, not the policy, ended it
+                continue
             for s, x in zip(e.steps, a):
                 prompts.append(s.prompt)
                 comps.append(s.action_ids)
                 advs.append(x)
         calib = readout_brier = None
-        rows = [(s.conf_prompt, float(e.result.success), k // c.group_size)
-                for k, e in enumerate(eps) for s in e.steps if s.conf_prompt is not None]
+        rows = [(s.conf_prompt, float(e.result.success), k // c.group_size)  # a crash grades no confidence
+                for k, e in enumerate(eps) if not crashed(e) for s in e.steps if s.conf_prompt is not None]
         cp, y, grp = zip(*rows) if rows else ((), (), ())
         if cfg.confidence and cfg.calib_weight > 0 and rows:
 
