@@ -112,7 +112,7 @@ def search(
 ) -> None:
     """Search recipes for PROJECT until the budget is spent; rerun to resume (finished trials are kept)."""
     from sro.budget import Budget
-    from sro.config import load_project
+    from sro.config import ConfigError, load_project
 
     try:
         proj = load_project(project)
@@ -122,6 +122,8 @@ def search(
 
         PROPOSERS.get(optimizer)
         _check_runs(runs)
+        if (why := proj.designer.missing_key()) is not None:  # was a warning minutes later, then the rules
+            raise ConfigError(f"{project}: {why}")
         on_sigterm()
         summary = run_search(proj, b, runs, optimizer, console, pruning=pruning)
     except _user_errors() as e:
@@ -162,7 +164,7 @@ def design(
 ) -> None:
     """Design PROJECT's recipe space and write runs/<name>/space.yaml for review; `sro search` then uses it."""
     from sro.budget import Budget
-    from sro.config import load_project
+    from sro.config import ConfigError, load_project
     from sro.designer.design import design_space, last_version
     from sro.executor import SearchContext
     from sro.search import _written_space
@@ -171,6 +173,8 @@ def design(
         proj = load_project(project, trains=False)  # designing trains nothing: a GPU project designs on a laptop
         b = Budget.parse(budget if budget is not None else proj.budget)
         _check_runs(runs)
+        if (why := proj.designer.missing_key()) is not None:
+            raise ConfigError(f"{project}: {why}")
         run_dir = runs / proj.name
         written = _written_space(run_dir)  # a malformed one: a SpaceError naming the file
         previous = last_version(run_dir, written)

@@ -164,6 +164,25 @@ class DesignerConfig(_Strict):
     redesign_on_stall: int = Field(0, ge=0, description="also redesign when the hypervolume has not grown for "
                                    "this many finished trials (0: never)")
 
+    @model_validator(mode="after")
+    def _llm_needs_an_endpoint(self) -> DesignerConfig:
+        """`kind: llm` without a base_url or a model was found minutes later, after the base model was measured,
+        as a warning and a rules space (a review, stop 37)."""
+        if self.kind == "llm":
+            lacks = [k for k in ("base_url", "model") if not getattr(self, k)]
+            if lacks:
+                raise ValueError(f"kind: llm needs {' and '.join(lacks)} (e.g. base_url: http://127.0.0.1:8000/v1, "
+                                 "model: the name the server serves); or kind: rules for the offline designer")
+        return self
+
+    def missing_key(self) -> str | None:
+        """Why the LLM designer cannot be asked on this machine (its key variable unset), or None."""
+        if self.kind == "llm" and not os.environ.get(self.api_key_env):
+            return (f"designer.api_key_env: the environment variable {self.api_key_env} is not set; export the "
+                    "endpoint's API key there (any non-empty value for a local server that takes none), or "
+                    "use designer.kind: rules")
+        return None
+
 
 class RuntimeConfig(_Strict):
     """Fixed settings of every trial (not searched)."""

@@ -21,7 +21,7 @@ import yaml
 from sro.config import ProjectConfig, load_project
 from sro.designer.catalog import build_catalog
 from sro.designer.design import design_space
-from sro.designer.llm import DesignerFailed, design_llm
+from sro.designer.llm import DesignerFailed, design_llm, unfenced
 from sro.designer.redesign import fits, gather_evidence, maybe_redesign, redesign_rules
 from sro.designer.rules import trainer_keys, design_rules
 from sro.ledger import Ledger
@@ -150,17 +150,24 @@ class FakeLLM:
                 if isinstance(step, float):  # a slow endpoint
                     time.sleep(step)
                     step = "{}"
-                kind = "application/json"
+                kind, status = "application/json", 200
+                finish = "stop"
+                if isinstance(step, tuple) and isinstance(step[0], int):  # (status, error message)
+                    status, step = step[0], json.dumps({"error": {"message": step[1], "type": "x"}}).encode()
+                elif isinstance(step, tuple):  # (content, finish_reason)
+                    step, finish = step
                 if isinstance(step, bytes):  # the whole reply as it is (not a chat completion)
                     out, kind = step, "text/html" if step.startswith(b"<") else kind
                 else:
                     out = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "fake",
-                                      "choices": [{"index": 0, "finish_reason": "stop",
+                                      "choices": [{"index": 0, "finish_reason": finish,
                                                    "message": {"role": "assistant", "content": step}}],
                                       "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
                 try:
-                    self.send_response(200)
+                    self.send_response(status)
                     self.send_header("Content-Type", kind)
+                    if status != 200:
+                        self.send_header("Retry-After", "0")  # the retry at once: the test needs no wait
                     self.send_header("Content-Length", str(len(out)))
                     self.end_headers()
                     self.wfile.write(out)
@@ -313,6 +320,65 @@ def test_an_answer_that_is_no_chat_completion_fails_clearly(llm, tmp_path, reply
     llm.script = [reply]
     with pytest.raises(DesignerFailed, match="not a chat completion|cannot read"):
         design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
+
+
+def test_llm_busy_or_erring_endpoint_is_asked_again(llm, tmp_path):
+    """A 429 or a 500 fell back to the rules at once (a review, stop 37): asked up to three times."""
+    llm.script = [(429, "rate limited"), (500, "overloaded"), json.dumps(GOOD)]
+    space = design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
+    assert space.designer == "llm" and len(llm.requests) == 3
+    llm.script = [(500, "down")] * 3
+    with pytest.raises(DesignerFailed, match="HTTP 500"):
+        design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "e")
+
+
+def test_llm_server_without_json_mode_is_asked_without_it(llm, tmp_path):
+    llm.script = [(400, "response_format json_object is not supported by this model"), json.dumps(GOOD)]
+    space = design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
+    assert space.designer == "llm"
+    assert "response_format" in llm.requests[0]["body"] and "response_format" not in llm.requests[1]["body"]
+    assert "temperature" not in llm.requests[1]["body"]
+
+
+def test_an_answer_in_prose_or_after_thinking_is_read():
+    body = json.dumps(GOOD)
+    for reply in (f"Here is the space:\n```json\n{body}\n```\nGood luck.", f"<think>lr matters\nmost</think>\n{body}",
+                  f"The space: {body} -- done", f"```\n{body}\n```", body):
+        assert json.loads(unfenced(reply)) == GOOD, reply
+
+
+def test_an_answer_cut_off_at_the_token_limit_says_so(llm, tmp_path):
+    llm.script = [(json.dumps(GOOD)[:40], "length")]
+    with pytest.raises(DesignerFailed, match="cut off at the server's token limit after 40 characters"):
+        design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
+
+
+def test_an_answer_that_searches_nothing_is_not_a_space(llm, tmp_path):
+    """Every parameter under a name of its own (`lrr`) dropped: an empty space was written as the llm's design
+    and searched at the trainer's defaults (a review, stop 37). It is rejected, with the names, then repaired."""
+    own = json.dumps({"params": [{"name": "lrr", "kind": "float", "low": 0, "high": 1, "why": "x"}]})
+    llm.script = [own, own]
+    with pytest.raises(DesignerFailed, match="searches nothing SRO can train .*dropped 'lrr'"):
+        design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
+    assert "searches nothing" in llm.requests[1]["body"]["messages"][-1]["content"]
+
+
+def test_an_llm_designer_without_endpoint_or_key_is_refused_before_any_work(micro_project, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from sro.cli import app
+    from sro.config import ConfigError, load_project
+
+    with pytest.raises(ConfigError, match="designer: kind: llm needs base_url and model"):
+        load_project(micro_project("nourl", "designer: {kind: llm}\n"))
+    monkeypatch.delenv("SRO_NO_SUCH_KEY", raising=False)
+    path = micro_project("nokey", "designer: {kind: llm, base_url: 'http://127.0.0.1:9/v1', model: m, "
+                                  "api_key_env: SRO_NO_SUCH_KEY}\n")
+    for verb in ("design", "search"):
+        res = CliRunner().invoke(app, [verb, str(path), "--runs", str(tmp_path / "runs")], env={"COLUMNS": "300"})
+        flat = " ".join(res.output.split())
+        assert res.exit_code == 2 and "the environment variable SRO_NO_SUCH_KEY is not set" in flat, res.output
+        assert not (tmp_path / "runs" / "nokey").exists()
 
 
 def test_llm_slow_endpoint_times_out_with_a_clear_message(llm, tmp_path):

@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -161,6 +163,10 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig,
             params.append(Param(pa.name, pa.kind, low, high, pa.log and (low or 0) > 0, choices, pa.when, pa.why))
         except SpaceError as e:
             raise ValueError(str(e)) from None
+    if not params and not answer.simplexes:  # an empty space was accepted as the llm's design (a review, stop 37)
+        dropped = [n for n in notes if n.startswith("dropped '")]
+        raise ValueError("the answer searches nothing SRO can train" + (f" ({'; '.join(dropped)})" if dropped else "")
+                         + f"; search parameters the catalog declares, by its names: {sorted(known)[:12]} ...")
     fixed = {}
     for key, v in answer.fixed.items():
         if key == "algorithm":
@@ -367,16 +373,41 @@ def _client(project: ProjectConfig):
     if not key:
         raise DesignerFailed(f"environment variable {d.api_key_env} (designer.api_key_env) is not set; "
                              "export the endpoint's API key there")
-    return openai.OpenAI(base_url=d.base_url, api_key=key, timeout=d.timeout_s, max_retries=0)
+    return openai.OpenAI(base_url=d.base_url, api_key=key, timeout=d.timeout_s, max_retries=0)  # see `_create`
+
+
+def _create(client, model: str, messages: list[dict[str, str]], shape: dict[str, Any], attempts: int = 3):
+    """One chat completion; a 429 or a 5xx is asked again after 1 s, then 2 s (or the Retry-After the server
+    names, up to 30 s): those fell back to the rules at once (a review, stop 37). A timeout is not asked again:
+    `designer.timeout_s` is the wait the user chose."""
+    import openai
+
+    for attempt in range(attempts):
+        try:
+            return client.chat.completions.create(model=model, messages=messages, **shape)
+        except (openai.RateLimitError, openai.InternalServerError) as e:
+            if attempt == attempts - 1:
+                raise
+            after = e.response.headers.get("retry-after") if e.response is not None else None
+            try:
+                wait = min(30.0, float(after)) if after else 2.0 ** attempt
+            except ValueError:
+                wait = 2.0 ** attempt
+            time.sleep(wait)
 
 
 def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
     import openai
 
     d = project.designer
+    shape: dict[str, Any] = {"response_format": {"type": "json_object"}, "temperature": 0.2}
     try:
-        resp = client.chat.completions.create(model=d.model or "default", messages=messages,
-                                              response_format={"type": "json_object"}, temperature=0.2)
+        try:
+            resp = _create(client, d.model or "default", messages, shape)
+        except openai.BadRequestError as e:  # a server or model that takes no JSON mode or no temperature:
+            if not any(k in str(e.message) for k in shape):  # ask once more without them (the prompt asks for JSON)
+                raise
+            resp = _create(client, d.model or "default", messages, {})
     except openai.APITimeoutError:
         raise DesignerFailed(f"the endpoint {d.base_url} did not answer within {d.timeout_s:g}s "
                              "(raise designer.timeout_s or check the server)") from None
@@ -397,14 +428,23 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
                              f"({type(resp).__name__}); check designer.base_url (it ends in /v1 for most servers)") from None
     if not content or not isinstance(content, str):
         raise DesignerFailed(f"the endpoint {d.base_url} answered with no content")
+    if getattr(resp.choices[0], "finish_reason", None) == "length":  # it read as a JSON error at its last column
+        raise DesignerFailed(f"the answer of {d.model or 'default'} at {d.base_url} was cut off at the server's "
+                             f"token limit after {len(content)} characters (finish_reason: length); raise the "
+                             "server's max tokens for this model, or use a model that answers more briefly")
     return content
 
 
 def unfenced(content: str) -> str:
-    """The text of an answer, without the Markdown code fence a model may wrap its JSON in."""
-    text = content.strip()
-    if text.startswith("```"):  # a fenced block: take what is inside
-        text = text.strip("`").split("\n", 1)[-1].rsplit("```", 1)[0]
+    """The JSON of an answer: without a reasoning model's `<think>...</think>`, the inside of the first
+    Markdown code fence wherever it is ("Here is the space:\\n```json ..."), else from the first `{` to the
+    last `}` when prose surrounds it (each of these fell back to the rules until stop 37)."""
+    text = re.sub(r"<think>.*?</think>", "", content, flags=re.S).strip()
+    fence = re.search(r"```[a-zA-Z0-9_-]*\s*\n(.*?)(?:```|$)", text, flags=re.S)
+    if fence:
+        return fence.group(1).strip()
+    if not text.startswith(("{", "[")) and "{" in text and "}" in text:
+        return text[text.index("{"): text.rindex("}") + 1]
     return text
 
 
