@@ -153,7 +153,11 @@ def write_report(run_dir: str | Path) -> Path:
     objectives = [next(iter(o.items())) for o in data["objectives"]]
     score_keys = [k for k, _ in objectives if k != "cost"]
     front = front_numbers(records, objectives)
-    params = sorted({k for r in records for k in r.recipe.values})
+    # what any trial searched, and a setting the trials ran at different fixed values (a redesign fixed it): each
+    # cell is the trial's value, searched or fixed (a v2 trial's fixed lr was a blank; a review, stop 37)
+    fixed_keys = {k for r in records for k in r.recipe.fixed}
+    params = sorted({k for r in records for k in r.recipe.values}
+                    | {k for k in fixed_keys if len({repr(r.recipe.get(k)) for r in records}) > 1})
     header = ["trial", "state", "✔"] + score_keys + ["cost s", "samples"] + params
     rows = []
     for r in records:
@@ -161,7 +165,7 @@ def write_report(run_dir: str | Path) -> Path:
                "✔" if r.beats(base, info["lower"]) else ""]
         row += [r.scores.get(k, "") for k in score_keys]
         row += [r.cost.get("wall_s", 0.0), int(r.cost.get("samples", 0))]
-        row += [r.recipe.values.get(p, "") for p in params]
+        row += [r.recipe.get(p, "") for p in params]
         cls = "front" if r.number in front else ("failed" if r.state in ("failed", "interrupted") else "")
         # text left-aligned, numbers right (a formatted float was a string, so numbers were left-aligned)
         rows.append(([(_fmt(c), isinstance(c, str) and i > 2) for i, c in enumerate(row)], cls))

@@ -27,7 +27,7 @@ from sro.budget import COSTS, Budget, BudgetError, Spent
 from sro.config import ProjectConfig
 from sro.default_space import default_space
 from sro.designer.redesign import in_space, maybe_redesign
-from sro.executor import SearchContext, TrialCollapsed, check_recipe, run_trial, unread_keys
+from sro.executor import SearchContext, TrialCollapsed, check_recipe, run_trial, unread_keys, weight_problem
 from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.optimizer.hypervolume import hypervolume_history
@@ -158,6 +158,12 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
             raise SpaceError(f"{where}: " + e.located({k: f"fixed.{k}" for k in e.keys}) + hint) from None
     except (KeyError, ValueError, TypeError):
         pass  # not a value's fault alone (an unknown setting's name, ...): the trials say it
+    # the mixture weights as every trial reads them (a simplex's draw with the fixed ones): `fixed: {mix.a: 0.3}`
+    # alone trained at 0.23 / 0.77, a simplex of one domain's weight drew 1.0 and trained 50 / 50, and negative
+    # fixed weights failed every trial (a review, stop 37)
+    if (problem := weight_problem(Recipe(values, dict(space.fixed)), project)) is not None:
+        raise SpaceError(f"{where}: mixture weights (fixed: and the simplexes' members together): {problem}"
+                         + (f"; {mend}" if shared else ""))
     # each choice of a categorical knob at the centre of the rest: a choice refused whatever else is drawn
     # (an unknown algorithm `ppo`, proximal_kl in an agent project) failed every trial that drew it
     for i, p in enumerate(space.params):
@@ -563,8 +569,10 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 warm = proposer.warm_state() if hasattr(proposer, "warm_state") else None
                 if warm is not None:
                     ledger.put("proposer_warm", warm)
-                if not proposed:
+                if not proposed:  # said: the search stopped short of its budget without a word (a review, stop 37)
                     reason = "the search space has no recipe left that the study has not run"
+                    progress.console.print(f"[yellow]stopping before the budget {budget} is spent: {reason} "
+                                           "(widen a range or add a choice in space.yaml to search further)[/]")
                     break
                 recipe = proposed[0]
             trial = ledger.start(recipe, space, budget.trials)

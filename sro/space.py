@@ -42,6 +42,8 @@ class Param:
                     x = float(v)
                 except (TypeError, ValueError):
                     raise SpaceError(f"{where}: {end} must be a number (got {v!r})") from None
+                if not math.isfinite(x):  # `high: .inf` sampled inf (a review, stop 37)
+                    raise SpaceError(f"{where}: {end} must be a finite number (got {v!r})")
                 if self.kind == "int" and not x.is_integer():
                     raise SpaceError(f"{where}: an int parameter needs whole bounds (got {end} {v!r})")
                 setattr(self, end, int(x) if self.kind == "int" else x)
@@ -50,8 +52,9 @@ class Param:
             if self.log and self.low <= 0:
                 raise SpaceError(f"{where}: a log scale needs low > 0 (got {self.low})")
         elif self.kind == "categorical":
-            if not self.choices:
-                raise SpaceError(f"{where}: a categorical needs a non-empty `choices` list")
+            if not isinstance(self.choices, list) or not self.choices:  # 'grpo, dapo' read as 12 letters
+                raise SpaceError(f"{where}: a categorical needs a non-empty `choices` list, e.g. [grpo, dapo] "
+                                 f"(got {self.choices!r})")
         elif self.kind == "bool":
             self.choices = [False, True]
         else:
@@ -311,15 +314,32 @@ class RecipeSpace:
                 # a single value is a one-value list (`when: {algorithm: proas}`); a string must not match
                 # by substring
                 when = {k: list(v) if isinstance(v, (list, tuple)) else [v] for k, v in when.items()} if when else None
+                if "kind" not in pd:  # was "malformed space: 'kind'"
+                    raise SpaceError(f"parameter {name!r}: needs a `kind` (float, int, categorical or bool)")
+                log = pd.pop("log", False)
+                if not isinstance(log, bool):  # `log: 'false'` turned the log scale on
+                    raise SpaceError(f"parameter {name!r}: `log` must be true or false (got {log!r})")
                 params.append(Param(name=name, kind=pd.pop("kind"), low=pd.pop("low", None), high=pd.pop("high", None),
-                                    log=bool(pd.pop("log", False)), choices=pd.pop("choices", None),
+                                    log=log, choices=pd.pop("choices", None),
                                     condition=when, rationale=str(pd.pop("why", ""))))
                 if pd:
                     raise SpaceError(f"parameter {name!r}: unknown keys {sorted(pd)}")
-            simplexes = [Simplex(n, list(sd["members"]), str(sd.get("why", "")))
-                         for n, sd in (d.get("simplexes") or {}).items()]
-            return cls(params, simplexes, dict(d.get("fixed") or {}), int(d.get("version", 1)),
-                       str(d.get("designer", "default")))
+            simplexes = []
+            for n, sd in (d.get("simplexes") or {}).items():
+                members = sd.get("members") if isinstance(sd, dict) else None
+                if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+                    raise SpaceError(f"simplex {n!r}: `members` must be a list of weight names, e.g. "
+                                     f"[mix.arithmetic, mix.multiplication] (got {members!r})")
+                simplexes.append(Simplex(n, members, str(sd.get("why", ""))))
+            fixed, version = d.get("fixed") or {}, d.get("version", 1)
+            if not isinstance(fixed, dict):  # `fixed: [algorithm]` was a ValueError traceback
+                raise SpaceError(f"`fixed` must be a mapping of setting → value, e.g. {{algorithm: grpo}} (got {fixed!r})")
+            if isinstance(version, bool) or not isinstance(version, int):  # `version: two` was a traceback
+                raise SpaceError(f"`version` must be a whole number (got {version!r})")
+            if not params and not simplexes:  # a 0-byte space.yaml was searched at the trainer's defaults
+                raise SpaceError("the space searches nothing (no `params:` and no `simplexes:`); delete the file "
+                                 "to have it designed afresh, or list the parameters to search")
+            return cls(params, simplexes, dict(fixed), version, str(d.get("designer", "default")))
         except (KeyError, TypeError, AttributeError) as e:
             raise SpaceError(f"malformed space: {e}") from None
 

@@ -243,6 +243,22 @@ def test_search_refuses_a_bad_fixed_setting_of_the_space_before_the_base_model(t
     assert "Traceback" not in r.output
 
 
+@pytest.mark.parametrize("fixed", [{"mix.arithmetic": 0.3}, {"mix.arithmetic": -1.0}])
+def test_search_refuses_mixture_weights_no_trial_could_train_before_the_base_model(micro_project, tmp_path,
+                                                                                    monkeypatch, fixed):
+    """Fixed weights were never checked by a search: 0.3 alone trained renormalized, a negative one failed
+    every trial after the base model was scored (a review, stop 37)."""
+    _nothing_prepared(monkeypatch)
+    space = tmp_path / "runs" / "mixw" / "space.yaml"
+    space.parent.mkdir(parents=True)
+    space.write_text(yaml.safe_dump({"version": 1, "designer": "test", "fixed": {"max_new_tokens": 4, **fixed},
+                                     "params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003, "why": "x"}}}))
+    r = run_here("search", str(micro_project("mixw")), "--runs", str(tmp_path / "runs"))
+    flat = " ".join(r.stderr.split())
+    assert r.exit_code == 2 and f"error: {space}: mixture weights" in flat and "must be numbers >= 0 that sum to 1" \
+        in flat, r.output[-2000:]
+
+
 @pytest.mark.parametrize("space, needle", [
     ({"params": {"lrr": {"kind": "float", "low": 0.001, "high": 0.003}}}, "no part of a trial reads 'lrr' (did you mean 'lr'?)"),
     ({"params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003}}, "fixed": {"proas.lamb": 0.5}},
@@ -972,6 +988,26 @@ def test_the_sparkline_keeps_the_latest_value_and_the_report_escapes_what_a_proj
     assert "<div" in page and "Plotly.newPlot" in page  # the figures are still HTML
 
 
+def test_the_report_shows_a_setting_a_later_space_version_fixed(micro_project, tmp_path):
+    """v1 searched lr, v2 fixed it at 0.002: the v2 trial's lr cell was blank, though it trained at 0.002 (a
+    review, stop 37). A setting every trial ran at one fixed value gets no column."""
+    from sro.report import write_report
+
+    project = load_project(micro_project("fx"))
+    ledger = Ledger(project, tmp_path / "fx")
+    (tmp_path / "fx" / "project.yaml").write_text(yaml.safe_dump(project.portable_dump(), sort_keys=False))
+    v1 = RecipeSpace([Param("lr", "float", 1e-4, 1e-2, log=True), Param("steps", "int", 2, 4)],
+                     fixed={"max_new_tokens": 4})
+    v2 = RecipeSpace([Param("steps", "int", 2, 4)], fixed={"max_new_tokens": 4, "lr": 0.002}, version=2)
+    for recipe, space, score in ((Recipe({"lr": 3e-4, "steps": 2}, dict(v1.fixed)), v1, 0.5),
+                                 (Recipe({"steps": 3}, dict(v2.fixed)), v2, 0.6)):
+        ledger.finish(ledger.start(recipe, space), {"arithmetic/add": score}, {"wall_s": 3.0}, [])
+    page = write_report(tmp_path / "fx").read_text()
+    rows = [r for r in page.split("<tr") if "<td>0.6</td>" in r]
+    assert len(rows) == 1 and "<td>0.002</td>" in rows[0], rows
+    assert "<th>lr</th>" in page and "<th>max_new_tokens</th>" not in page
+
+
 def test_a_busy_storage_is_written_again_and_progress_never_fails_a_trial(micro_project, tmp_path, monkeypatch):
     """A storage under contention raises for a moment (SQLite's "database is locked"): a trial's result
     is written again after a back-off, and a progress record that fails is skipped (the next comes
@@ -1365,6 +1401,22 @@ def test_a_lost_study_beside_a_report_of_trials_is_refused(micro_project, tmp_pa
     assert res.exit_code == 2 and "the study holds no trial, but" in flat and "lists 1 from its last report" in flat, \
         res.output
     assert (run_dir / "trials.json").read_text() == before
+
+
+def test_a_space_with_every_recipe_run_says_why_it_stops_before_the_budget(micro_project, tmp_path):
+    """Two recipes in the space and a budget of four: the search stopped after two without a word, which read
+    as a crash or a budget miscount (a review, stop 37)."""
+    runs = tmp_path / "runs"
+    (runs / "two").mkdir(parents=True)
+    (runs / "two" / "space.yaml").write_text(
+        "version: 1\ndesigner: test\nfixed: {algorithm: grpo, max_new_tokens: 4, lr: 0.002, group_size: 4, "
+        "prompts_per_step: 4}\nparams:\n  steps: {kind: int, low: 1, high: 2, why: two recipes}\n")
+    res = CliRunner().invoke(app, ["search", str(micro_project("two")), "--budget", "4trials", "--optimizer", "random",
+                                   "--runs", str(runs)], env={"COLUMNS": "300"})
+    flat = " ".join(res.output.split())
+    assert res.exit_code == 0, res.output[-2000:]
+    assert "stopping before the budget 4trials is spent: the search space has no recipe left" in flat, flat[-1500:]
+    assert [t["state"] for t in _trials(runs / "two")] == ["complete", "complete"]
 
 
 def test_a_cached_tiny_model_is_said_to_come_from_the_cache(micro_project, tmp_path):

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -206,3 +208,23 @@ def test_yaml_bounds_written_without_a_dot_are_numbers():
         RecipeSpace.from_yaml("params:\n  lr: {kind: float, low: small, high: 1e-3}\n")
     with pytest.raises(SpaceError, match="needs whole bounds"):
         RecipeSpace.from_yaml("params:\n  n: {kind: int, low: 1.5, high: 8}\n")
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("version: two\nparams: {lr: {kind: float, low: 0.1, high: 1}}\n", "`version` must be a whole number (got 'two')"),
+    ("fixed: [algorithm]\nparams: {lr: {kind: float, low: 0.1, high: 1}}\n", "`fixed` must be a mapping"),
+    ("params: {algorithm: {kind: categorical, choices: 'grpo, dapo'}}\n", "a non-empty `choices` list, e.g."),
+    ("params: {lr: {kind: float, low: 0.1, high: 1}}\nsimplexes: {m: {members: mix.a}}\n",
+     "simplex 'm': `members` must be a list of weight names"),
+    ("params: {lr: {low: 0.1, high: 1}}\n", "parameter 'lr': needs a `kind`"),
+    ("params: {lr: {kind: float, low: 0.1, high: 1, log: 'false'}}\n", "`log` must be true or false (got 'false')"),
+    ("params: {lr: {kind: float, low: 0.1, high: .inf}}\n", "high must be a finite number"),
+    ("", "the space searches nothing"),
+    ("version: 2\nfixed: {algorithm: grpo}\n", "the space searches nothing"),
+])
+def test_a_malformed_space_yaml_is_named_not_a_traceback_or_a_wrong_space(text, needle):
+    """Hand edits a review found (stop 37): tracebacks (`version: two`, `fixed: [algorithm]`), misleading errors
+    (`choices: 'grpo, dapo'` as 'unknown algorithm g'), or a wrong space accepted silently (`log: 'false'` on,
+    `high: .inf` sampling inf, a 0-byte file searching nothing)."""
+    with pytest.raises(SpaceError, match=re.escape(needle)):
+        RecipeSpace.from_yaml(text)
