@@ -332,6 +332,16 @@ def test_llm_busy_or_erring_endpoint_is_asked_again(llm, tmp_path):
         design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "e")
 
 
+def test_credentials_in_the_endpoint_url_are_masked_in_messages_and_files(llm, tmp_path):
+    url = llm.url.replace("http://", "http://alice:hunter2@") + "?api-key=s3cret"
+    llm.script = [(500, "down")] * 3
+    with pytest.raises(DesignerFailed) as e:
+        design_llm(build_catalog(_math_project()), _llm_project(url), tmp_path / "d")
+    assert "alice:***@" in str(e.value) and "api-key=***" in str(e.value)
+    for text in [str(e.value)] + [f.read_text() for f in (tmp_path / "d").rglob("*") if f.is_file()]:
+        assert "hunter2" not in text and "s3cret" not in text
+
+
 def test_llm_server_without_json_mode_is_asked_without_it(llm, tmp_path):
     llm.script = [(400, "response_format json_object is not supported by this model"), json.dumps(GOOD)]
     space = design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")

@@ -376,6 +376,24 @@ def _client(project: ProjectConfig):
     return openai.OpenAI(base_url=d.base_url, api_key=key, timeout=d.timeout_s, max_retries=0)  # see `_create`
 
 
+def _masked(url: str | None) -> str:
+    """`url` as it may be printed or written to designer/answer.json: a password in it and the query's values
+    masked (`http://alice:***@host/v1?api-key=***`), as storage URLs are (a review, stop 37)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    if not url:
+        return str(url)
+    try:
+        u = urlsplit(url)
+        netloc = u.netloc
+        if u.password is not None:
+            netloc = netloc.replace(f":{u.password}@", ":***@", 1)
+        query = urlencode([(k, "***") for k, _ in parse_qsl(u.query, keep_blank_values=True)], safe="*")
+        return urlunsplit((u.scheme, netloc, u.path, query, u.fragment))
+    except ValueError:
+        return "<the designer.base_url>"
+
+
 def _create(client, model: str, messages: list[dict[str, str]], shape: dict[str, Any], attempts: int = 3):
     """One chat completion; a 429 or a 5xx is asked again after 1 s, then 2 s (or the Retry-After the server
     names, up to 30 s): those fell back to the rules at once (a review, stop 37). A timeout is not asked again:
@@ -409,27 +427,27 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
                 raise
             resp = _create(client, d.model or "default", messages, {})
     except openai.APITimeoutError:
-        raise DesignerFailed(f"the endpoint {d.base_url} did not answer within {d.timeout_s:g}s "
+        raise DesignerFailed(f"the endpoint {_masked(d.base_url)} did not answer within {d.timeout_s:g}s "
                              "(raise designer.timeout_s or check the server)") from None
     except openai.APIConnectionError as e:
-        raise DesignerFailed(f"cannot reach the endpoint {d.base_url}: {e}") from None
+        raise DesignerFailed(f"cannot reach the endpoint {_masked(d.base_url)}: {e}") from None
     except openai.APIStatusError as e:
-        raise DesignerFailed(f"the endpoint {d.base_url} answered HTTP {e.status_code}: "
+        raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered HTTP {e.status_code}: "
                              f"{str(e.message)[:200]}") from None
     except openai.OpenAIError as e:  # an answer the client could not read as a completion
-        raise DesignerFailed(f"the endpoint {d.base_url} answered with something the client cannot read: {e}") from None
+        raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered with something the client cannot read: {e}") from None
     except ValueError as e:  # a 200 whose body is not JSON (empty, cut short): a traceback until stop 33
-        raise DesignerFailed(f"the endpoint {d.base_url} answered with a body that is not JSON ({e}); check "
+        raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered with a body that is not JSON ({e}); check "
                              "designer.base_url and the server's log") from None
     try:  # a 200 that is no chat completion (a web UI's HTML page, a null message) crashed design and redesign
         content = resp.choices[0].message.content if resp.choices else None
     except (AttributeError, TypeError, IndexError, KeyError):
-        raise DesignerFailed(f"the endpoint {d.base_url} answered with something that is not a chat completion "
+        raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered with something that is not a chat completion "
                              f"({type(resp).__name__}); check designer.base_url (it ends in /v1 for most servers)") from None
     if not content or not isinstance(content, str):
-        raise DesignerFailed(f"the endpoint {d.base_url} answered with no content")
+        raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered with no content")
     if getattr(resp.choices[0], "finish_reason", None) == "length":  # it read as a JSON error at its last column
-        raise DesignerFailed(f"the answer of {d.model or 'default'} at {d.base_url} was cut off at the server's "
+        raise DesignerFailed(f"the answer of {d.model or 'default'} at {_masked(d.base_url)} was cut off at the server's "
                              f"token limit after {len(content)} characters (finish_reason: length); raise the "
                              "server's max tokens for this model, or use a model that answers more briefly")
     return content
@@ -495,7 +513,7 @@ def design_llm(catalog: Catalog, project: ProjectConfig, audit_dir: Path, space:
     messages = [{"role": "system", "content": SYSTEM.format(schema=schema)},
                 {"role": "user", "content": "Catalog:\n" + json.dumps(catalog.to_dict(), default=str) + "\n" + ask}]
     tag = f"v{space.version + 1}-" if space is not None else ""
-    log: dict[str, Any] = {"endpoint": d.base_url, "model": d.model, "rounds": []}
+    log: dict[str, Any] = {"endpoint": _masked(d.base_url), "model": d.model, "rounds": []}
 
     def save() -> None:
         (audit_dir / f"{tag}prompt.json").write_text(json.dumps(messages, indent=1))
