@@ -196,6 +196,19 @@ def test_an_episode_the_env_ends_neither_won_nor_lost_is_ended_not_the_step_limi
     assert play(Corridor(max_steps=2), lambda obs, st: "go west").reason == "step limit"
 
 
+def test_a_non_finite_gradient_leaves_the_weights_as_they_were(policy):
+    """GRPO's trainer skips the optimizer step on a non-finite gradient norm; the multi-turn one stepped,
+    writing NaN into every weight (a review, stop 37). The norm is still reported."""
+    model, tok = load_policy(policy, "cpu")
+    tr = MultiTurnTrainer(model, tok, _cfg(), [CorridorTask()])
+    ep = tr.rollout()[0]
+    before = [p.detach().clone() for p in model.parameters()]
+    poison = lambda: float("nan") * sum(p.sum() for p in model.parameters())  # noqa: E731
+    _, gn, _ = tr._update([s.prompt for s in ep.steps], [s.action_ids for s in ep.steps], [1.0] * len(ep.steps),
+                          poison)
+    assert math.isnan(gn) and all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
 def test_rollout_keeps_step_records_and_survives_env_crash(policy):
     model, tok = load_policy(policy, "cpu")
     envs = [Corridor(), Corridor(crash_at=1), Corridor()]

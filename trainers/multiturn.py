@@ -457,7 +457,8 @@ class MultiTurnTrainer:
         self.opt.zero_grad(set_to_none=True)
         loss.backward()
         gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), c.grad_clip)
-        self.opt.step()
+        if torch.isfinite(gn):  # as GRPO's trainer: a non-finite gradient would poison the weights (stop 37)
+            self.opt.step()
         self.model.eval()
         self.tokens += int(att.sum())
         return loss.item(), float(gn), kl
