@@ -204,6 +204,30 @@ def test_dynamic_sampling_keeps_only_groups_with_signal(tiny):
     assert ((g.max(1).values - g.min(1).values) > 0).all()  # every kept group carries signal
 
 
+def test_dynamic_sampling_reports_the_reward_of_everything_generated(tiny):
+    """The logged reward was the kept groups' mean, always strictly between 0 and 1 (0.625 for a policy whose
+    completions scored 0.893): the failure clock, the progress clock and the report read it (a review, stop
+    37). It is the mean over every completion generated; `reward_kept` is the trained groups'."""
+    _, tok = tiny
+    cfg = config_for("dapo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 4,
+                              "max_new_tokens": 2, "max_sample_rounds": 2}, mask_truncated=False)
+    scored: list[float] = []
+
+    class Easy(_Digit):  # odd items always right (their groups dropped), even ones by the text's parity
+        def score(self, item, text):
+            r = float(len(text) % 2) if int(item.answer) % 2 == 0 else 1.0
+            scored.append(r)
+            return r
+
+    class EasyMix(_Mix):
+        def sample(self, n):
+            return [(Easy(), it) for _, it in super().sample(n)]
+
+    m = GRPOTrainer(_model(tiny), tok, cfg, EasyMix()).step()
+    assert m["reward"] == pytest.approx(sum(scored) / len(scored))
+    assert m["reward_kept"] != pytest.approx(m["reward"]) or m["kept_groups"] == 1.0
+
+
 def test_dynamic_sampling_without_any_signal_skips_the_update(tiny):
     """When no group of `max_sample_rounds` rounds has a reward spread, nothing trains: the weights stay put
     (until stop 30 the zero-advantage batch was stepped on, and AdamW's momentum from the step before moved
@@ -283,6 +307,32 @@ def test_self_distillation_pulls_the_student_to_its_teacher(tiny):
     history = tr.train()
     assert exact_kl() < 0.5 * before
     assert all(-1.0 <= h["grad_cos"] <= 1.0 for h in history) and all("distill_kl" in h for h in history)
+
+
+def test_a_minibatch_with_nothing_to_distill_trains_on_the_policy_gradient_alone(tiny):
+    """Sibling context, no sibling succeeded (rewards 0 and 0.5): nothing to distill, and the update was
+    (1 − w_d)·g_pol, the policy gradient shrunk by w_d (a review, stop 37). It is the policy gradient itself,
+    as without distillation; the distillation figures are left out of that step."""
+    _, tok = tiny
+
+    class Half(_Digit):
+        def score(self, item, text):
+            return 0.5 * (len(text) % 2)
+
+    class HalfMix(_Mix):
+        def sample(self, n):
+            return [(Half(), it) for _, it in super().sample(n)]
+
+    after = []
+    for extra in ({}, {"distill.weight": 0.5, "distill.context": "sibling", "distill.teacher": "frozen"}):
+        cfg = config_for("grpo", {"lr": 0.5, "steps": 1, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
+                                  "warmup_steps": 1, "optimizer": "sgd", "grad_clip": 1e9, **extra})
+        torch.manual_seed(7)
+        tr = GRPOTrainer(_model(tiny, seed=5), tok, cfg, HalfMix())
+        m = tr.step()
+        assert m["grad_norm"] > 0 and "grad_cos" not in m
+        after.append([p.detach().clone() for p in tr.model.parameters()])
+    assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(*after))
 
 
 def test_collapse_stops_training_and_says_why(tiny):

@@ -141,6 +141,10 @@ OPTIMIZERS.add("adamw", lambda params, c: torch.optim.AdamW(params, lr=c.lr, wei
 OPTIMIZERS.add("sgd", lambda params, c: torch.optim.SGD(params, lr=c.lr, momentum=0.9, weight_decay=c.weight_decay))
 
 
+DISTILL_STATS = ("distill_loss", "distill_kl", "grad_cos")
+"""Per-step figures of self-distillation, averaged over the minibatches that had a row to distill."""
+
+
 @dataclass
 class Batch:
     """One generation batch, flattened prompt-major like `Rollouts`: rewards (N,), log μ (N, C) when
@@ -154,6 +158,9 @@ class Batch:
     rounds: int = 1
     kept: float = 1.0
     """Share of the wanted groups that carried signal (dynamic sampling)."""
+    generated: torch.Tensor | None = None
+    """The rewards of every completion generated for this batch, the groups dynamic sampling dropped too
+    (None: the batch is all of them)."""
 
     def groups(self, keep: list[int], group_size: int) -> Batch:
         rows = [g * group_size + j for g in keep for j in range(group_size)]
@@ -235,7 +242,7 @@ class GRPOTrainer:
         P = self.schedule.prompts(self.step_count + len(self._queue))
         b = self._generate(P)
         if cfg.dynamic_sampling:
-            parts, have, rounds = [], 0, 1
+            parts, have, rounds, generated = [], 0, 1, [b.rewards]
             while True:
                 r = b.rewards.view(-1, G)
                 signal = [g for g in range(r.shape[0]) if float(r[g].max() - r[g].min()) > 0][: P - have]
@@ -245,10 +252,11 @@ class GRPOTrainer:
                 if have >= P or rounds >= cfg.max_sample_rounds:
                     break
                 b = self._generate(P - have)
+                generated.append(b.rewards)
                 rounds += 1
             if parts:  # else: no group carried signal; train on the last (zero-advantage) batch
                 b = Batch.cat(parts, self.tok.pad_token_id)
-            b.rounds, b.kept = rounds, have / P
+            b.rounds, b.kept, b.generated = rounds, have / P, torch.cat(generated)
         if self._needs_behaviour_logp():
             with torch.no_grad():
                 b.behav = completion_logprobs(self.model, b.ro.input_ids, b.ro.attention_mask, b.ro.prompt_len,
@@ -300,7 +308,7 @@ class GRPOTrainer:
         stats = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_frac": 0.0, "grad_norm": 0.0, "stale_kl": 0.0}
         if distilling:
             stats.update(distill_loss=0.0, distill_kl=0.0, grad_cos=0.0)  # distill_kl: sampled KL(student‖teacher)
-        n_updates = 0
+        n_updates = n_distilled = 0
         # dynamic sampling found no group with a reward spread in `max_sample_rounds`: §1 drops such groups, so
         # nothing trains (until stop 30 the zero-advantage batch was stepped on: AdamW's momentum and weight decay
         # moved the weights with no signal, and the EWMA copies with them)
@@ -329,8 +337,11 @@ class GRPOTrainer:
                 kl = k3_kl(logp, on_mask(ref_logp[idx], m, own)) if ref_logp is not None else torch.zeros_like(logp)
                 loss = aggregate(tok_loss + cfg.beta * kl, m, max_len=cfg.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
-                if distilling:
-                    dm = d_mask[idx]
+                dm = d_mask[idx] if distilling else None
+                # a minibatch with no distillable row (no successful sibling) trains on the policy gradient
+                # alone: mixing a zero g_dis scaled it by (1 − w_d) (a review, stop 37)
+                if dm is not None and float(dm.sum()) > 0:
+                    n_distilled += 1
                     dloss = (divergence(s_dist, t_dist[idx], tokens, top_k=d.top_k) * dm).sum() / dm.sum().clamp(min=1)
                     # the two gradients apart, to log their cosine (§4), then mixed (1 − w_d)·g_pol + w_d·g_dis
                     g_pol = torch.autograd.grad(loss, params, retain_graph=True, allow_unused=True)
@@ -368,13 +379,19 @@ class GRPOTrainer:
                 n_updates += 1
         self.model.eval()
         self.backend.sync(self.model)
-        # a skipped step measured no loss, gradient or entropy (a 0 would read as an entropy collapse)
-        out = {k: v if k == "prox_delta_max" else v / n_updates for k, v in stats.items()} if n_updates else {}
-        out.update(reward=float(b.rewards.mean()), accuracy=float((b.rewards >= 1).float().mean()),
+        # a skipped step measured no loss, gradient or entropy (a 0 would read as an entropy collapse); the
+        # distillation figures are means over the minibatches that distilled (none: left out)
+        per = {k: n_distilled if k in DISTILL_STATS else n_updates for k in stats}
+        out = {k: v if k == "prox_delta_max" else v / per[k] for k, v in stats.items() if per[k]} if n_updates else {}
+        # the policy's reward over everything it generated: the kept groups alone (always mixed) pulled it towards
+        # the middle, and the failure clock, the progress clock and the report's curve read it (a review, stop 37)
+        every = b.rewards if b.generated is None else b.generated
+        out.update(reward=float(every.mean()), accuracy=float((every >= 1).float().mean()),
                    truncated=float(ro.truncated.float().mean()), samples=self.samples, tokens=self.tokens,
                    lr=lr, batch=N)
         if cfg.dynamic_sampling:
-            out.update(kept_groups=b.kept, sample_rounds=b.rounds, skipped=float(skipped))
+            out.update(kept_groups=b.kept, sample_rounds=b.rounds, skipped=float(skipped),
+                       reward_kept=float(b.rewards.mean()))
         return out
 
     def train(self, on_step: Callable[[int, dict[str, float]], bool | None] | None = None) -> list[dict[str, float]]:
