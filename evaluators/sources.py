@@ -23,6 +23,8 @@ from typing import Any
 MULTI_TURN_KINDS = frozenset({"textworld", "env"})
 """Source kinds whose items are games played over several turns (`evaluators.games.GameTask`)."""
 STREAM_SIZE = 1_000_000  # items addressable per source; seeds are spaced further apart than this
+SMALLER_STREAMS = (100_000, 20_000, 5_000, 1_000)
+"""Stream sizes tried, in order, for a generator that refuses STREAM_SIZE items (its stream then repeats)."""
 _TRAIN_SEED_BASE = 0
 _HELDOUT_SEED_BASE = 1_000_000_000  # every held-out seed lies above every training seed
 
@@ -95,11 +97,14 @@ def same_number(got: str, want: str) -> bool:
         return False
     if not (a.is_finite() and b.is_finite()):
         return False
-    if a == b:
-        return True
-    if b == b.to_integral_value():  # an integer reference wants that integer: 123456789.4 read as it in float
+    try:  # a completion such as 1e1000000 overflowed the default context (a review, stop 37): never equal
+        if a == b:
+            return True
+        if b == b.to_integral_value():  # an integer reference wants that integer: 123456789.4 read as it in float
+            return False
+        return abs(a - b) <= Decimal("1e-6") * max(abs(a), abs(b))  # in Decimal: float() made 1e-400 equal 2e-400
+    except ArithmeticError:
         return False
-    return abs(a - b) <= Decimal("1e-6") * max(abs(a), abs(b))  # in Decimal: float() made 1e-400 equal 2e-400
 
 
 def _canonical_text(text: str) -> str:
@@ -153,10 +158,22 @@ class ReasoningGymTask(Task):
 
         self.spec = spec
         self.seed = seed
-        self.dataset = reasoning_gym.create_dataset(spec.target, seed=seed, size=STREAM_SIZE, **spec.config)
+        self.size = STREAM_SIZE
+        try:
+            self.dataset = reasoning_gym.create_dataset(spec.target, seed=seed, size=STREAM_SIZE, **spec.config)
+        except ValueError as first:  # a generator that caps its size (word_ladder: 20,000) was unusable: its own
+            for size in SMALLER_STREAMS:  # error named a setting the user cannot change (a review, stop 37)
+                try:
+                    self.dataset = reasoning_gym.create_dataset(spec.target, seed=seed, size=size, **spec.config)
+                except ValueError:
+                    continue
+                self.size = size
+                break
+            else:
+                raise first
 
     def item(self, idx: int) -> Item:
-        entry = self.dataset[idx % STREAM_SIZE]
+        entry = self.dataset[idx % self.size]
         return Item(str(entry["question"]), str(entry["answer"]), self.spec.key, entry)
 
     def score(self, item: Item, completion: str) -> float:
@@ -234,6 +251,11 @@ def _dataset_settings(spec: SourceSpec) -> dict[str, Any]:
     if unknown:
         raise SourceSpecError(f"a dataset source has no config key {unknown[0]!r}; its keys: {', '.join(DATASET_KEYS)}",
                               f"config.{unknown[0]}")
+    for k in ("split", "question", "answer", "answer_after", "name", "revision"):  # `answer_after: ""` was a
+        v = spec.config.get(k)  # ValueError traceback, `answer_after: 4` a TypeError (a review, stop 37)
+        if k in spec.config and (v is None and k in ("split", "question", "answer") or v is not None and
+                                 (not isinstance(v, str) or not v)):
+            raise SourceSpecError(f"config.{k} must be non-empty text (got {v!r})", f"config.{k}")
     return {**DATASET_KEYS, **spec.config}
 
 
@@ -270,6 +292,50 @@ def load_dataset_rows(spec: SourceSpec) -> list[dict[str, Any]]:
     return list(_DATASET_ROWS[key])
 
 
+class _TextRows(list):
+    """The rows of a local JSON, JSONL or CSV file, as `datasets.Dataset` is read here (`column_names`)."""
+
+    def __init__(self, rows: list[dict[str, Any]], split: str, path: Path) -> None:
+        if split != "train":
+            raise SourceSpecError(f"{path.name} is one file, read as the split 'train' (got config.split "
+                                  f"{split!r}); leave split out", "config.split")
+        super().__init__(rows)
+        self.column_names = list(dict.fromkeys(k for r in rows for k in r))
+
+
+def _text_file_rows(path: Path, kind: str) -> list[dict[str, Any]]:
+    """The rows of a local JSON (a list of objects, or one object per line) or CSV file, every value as the
+    file writes it: `datasets`' inference turned 12345678901234567891 into 1.2345678901234567e+19 and 3 into
+    3.0, and pandas read a CSV's `None`, `NA` or `00210` as a missing value or 210 (a review, stop 37)."""
+    if kind == "csv":
+        import csv
+
+        with path.open(encoding="utf-8-sig", newline="") as f:
+            return [dict(r) for r in csv.DictReader(f)]
+    text = path.read_text(encoding="utf-8-sig")
+    try:
+        whole = json.loads(text)
+    except ValueError:
+        whole = None
+    if isinstance(whole, list):
+        rows = whole
+    elif isinstance(whole, dict) and len(text.strip().splitlines()) > 1:
+        raise SourceSpecError(f"{path.name}: one JSON object, not rows; write a list of objects or one object "
+                              "per line", "dataset")
+    else:
+        rows = []
+        for lineno, line in _jsonl_lines(path):
+            try:
+                rows.append(json.loads(line))
+            except ValueError as e:
+                raise SourceSpecError(f"{path.name} line {lineno}: not JSON ({e})", "dataset") from None
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise SourceSpecError(f"{path.name} row {i}: a row must be an object with the question and answer "
+                                  f"columns (got {r!r:.60})", "dataset")
+    return rows
+
+
 def _read_dataset_rows(spec: SourceSpec, c: dict[str, Any]) -> list[dict[str, Any]]:
     import datasets
 
@@ -279,8 +345,22 @@ def _read_dataset_rows(spec: SourceSpec, c: dict[str, Any]) -> list[dict[str, An
             builder = DATASET_FILES.get(path.suffix.lower())
             if builder is None:
                 raise SourceSpecError(f"{path.name}: a dataset file must end in {', '.join(DATASET_FILES)}", "dataset")
-            ds = datasets.load_dataset(builder, data_files=str(path), split=c["split"],
-                                       download_mode="force_redownload")
+            if builder in ("json", "csv"):  # text formats: read as written, not through `datasets`' type inference
+                ds = _TextRows(_text_file_rows(path, builder), c["split"], path)
+            else:
+                ds = datasets.load_dataset(builder, data_files=str(path), split=c["split"],
+                                           download_mode="force_redownload")
+        elif not path.exists() and (path.suffix.lower() in DATASET_FILES or spec.target.startswith((".", "/", "~"))):
+            # a path, not a hub id: it read as "Couldn't reach ... on the Hub" (a review, stop 37)
+            raise SourceSpecError(f"{spec.target}: no such file or folder (a relative path is read from the project's "
+                                  "folder)", "dataset")
+        elif path.is_dir() and ((path / "state.json").is_file() or (path / "dataset_dict.json").is_file()):
+            ds = datasets.load_from_disk(str(path))  # a `save_to_disk` folder (load_dataset refuses one)
+            if isinstance(ds, datasets.DatasetDict):
+                if c["split"] not in ds:
+                    raise SourceSpecError(f"dataset folder {path} has no split {c['split']!r}; its splits: "
+                                          f"{', '.join(ds)} (config.split)", "config.split")
+                ds = ds[c["split"]]
         else:
             ds = datasets.load_dataset(spec.target, c["name"], split=c["split"], revision=c["revision"])
     except SourceSpecError:
@@ -295,7 +375,7 @@ def _read_dataset_rows(spec: SourceSpec, c: dict[str, Any]) -> list[dict[str, An
                               f"{', '.join(ds.column_names)} (set config.question and config.answer)", "dataset")
     rows = []
     for i, r in enumerate(ds):
-        q, a = r[c["question"]], r[c["answer"]]
+        q, a = r.get(c["question"]), r.get(c["answer"])  # a text file's row may lack a column: named below
         if c["answer_after"] is not None and isinstance(a, str):
             if c["answer_after"] not in a:
                 raise SourceSpecError(f"dataset {spec.target!r} row {i}: its answer has no {c['answer_after']!r} "

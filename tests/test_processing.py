@@ -3,6 +3,7 @@ really draws through them."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -259,3 +260,15 @@ def test_a_difficulty_band_draws_from_the_rated_items_round_and_round():
         Mixture({"d": [Endless()]}, seed=0, keep=keep).sample(RATED_ITEMS + 1)
     drawn = [it.question for _, it in Mixture({"d": [Endless()]}, seed=0, keep=keep, period=RATED_ITEMS).sample(600)]
     assert set(drawn) == rated and drawn[:RATED_ITEMS] == [f"q{i}" for i in range(RATED_ITEMS)]
+
+
+def test_an_inverted_band_is_refused_with_the_recipe_values_before_any_trial():
+    """`proc.difficulty_low: 0.9, proc.difficulty_high: 0.1` passed `check_recipe` and failed the trial when its
+    mixture was built, after the base model was scored (a review, stop 37); an end left out takes its default."""
+    for values, needle in (({"proc.difficulty_low": 0.9, "proc.difficulty_high": 0.1},
+                            "proc.difficulty_low=0.9 is above proc.difficulty_high=0.1; swap them"),
+                           ({"proc.min_len": 50, "proc.max_len": 10}, "proc.min_len=50 is above proc.max_len=10"),
+                           ({"proc.max_len": 0}, "proc.max_len=0 must be >= 1")):
+        with pytest.raises(RecipeValueError, match=re.escape(needle)):
+            processing_values(values)
+    assert processing_values({"proc.difficulty_low": 0.5}) == {"proc.difficulty_low": 0.5}

@@ -181,7 +181,7 @@ def test_a_dataset_source_reads_local_files_and_a_dataset_folder_through_dataset
                          (SourceSpec("dataset", str(pq), {**cfg, "split": "nope"}), "cannot load dataset"),
                          (SourceSpec("dataset", str(pq), {**cfg, "colum": "x"}), "has no config key 'colum'"),
                          (SourceSpec("dataset", str(pq), {**cfg, "answer_after": "@@"}), "row 0: its answer has no '@@'"),
-                         (SourceSpec("dataset", str(tmp_path / "x.txt")), "cannot load dataset")):
+                         (SourceSpec("dataset", str(tmp_path / "x.txt")), "x.txt: no such file or folder")):
         with pytest.raises(SourceSpecError, match=re.escape(needle)):
             check_source_spec(spec)
 
@@ -197,20 +197,84 @@ def test_a_dataset_is_read_once_per_process_until_its_file_changes(tmp_path, mon
     calls = []
     real = datasets.load_dataset
     monkeypatch.setattr(datasets, "load_dataset", lambda *a, **k: calls.append(a) or real(*a, **k))
-    csv = tmp_path / "qa.csv"
-    csv.write_text("question,answer\nCapital of France?,Paris\nCapital of Spain?,Madrid\n")
-    spec = SourceSpec("dataset", str(csv))
+    pq = tmp_path / "qa.parquet"
+
+    def write(rows: dict[str, list[str]]) -> None:
+        datasets.Dataset.from_dict(rows).to_parquet(str(pq))
+
+    write({"question": ["Capital of France?", "Capital of Spain?"], "answer": ["Paris", "Madrid"]})
+    spec = SourceSpec("dataset", str(pq))
     check_source_spec(spec)
     assert make_task(spec, seed=0).n_items == 2 and make_task(spec, seed=1).n_items == 2
     assert len(calls) == 1
-    stat = csv.stat()
-    csv.write_text("question,answer\nCapital of Italy?,Rome\nCapital of Peru?,Lima\n")
-    os.utime(csv, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same modification time
+    stat = pq.stat()
+    write({"question": ["Capital of Italy?", "Capital of Peru?"], "answer": ["Rome", "Lima"]})
+    os.utime(pq, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same modification time
     assert sorted(it.answer for it in make_task(spec, seed=0).items(2)) == ["Lima", "Rome"]
     assert len(calls) == 2
     rows = sources.load_dataset_rows(spec)
     rows.clear()  # a caller's list is its own
     assert len(sources.load_dataset_rows(spec)) == 2
+
+
+def test_local_text_datasets_keep_their_values_as_written(tmp_path):
+    """`datasets`' type inference changed answers: 12345678901234567891 became 1.2345678901234567e+19 (graded
+    wrong for the exact answer), 3 became 3.0, and pandas read a CSV's None, NA and 00210 as missing or 210 (a
+    review, stop 37). Local JSON, JSONL and CSV files are read as written."""
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"question": "big?", "answer": 12345678901234567891}\n{"question": "three?", "answer": 3}\n'
+                   '{"question": "half?", "answer": 0.5}\n')
+    t = make_task(SourceSpec("dataset", str(big)), seed=0)
+    answers = {it.question: it.answer for it in t.items(3)}
+    assert answers == {"big?": "12345678901234567891", "three?": "3", "half?": "0.5"}
+    item = next(it for it in t.items(3) if it.question == "big?")
+    assert t.score(item, "12345678901234567891") == 1.0
+    array = tmp_path / "rows.json"
+    array.write_text(json.dumps([{"question": "a?", "answer": 7}]))
+    assert make_task(SourceSpec("dataset", str(array)), seed=0).item(0).answer == "7"
+    csv = tmp_path / "na.csv"
+    csv.write_text("question,answer\nWhat is null in Python?,None\nNot available?,NA\nZip?,00210\n")
+    got = {it.question: it.answer for it in make_task(SourceSpec("dataset", str(csv)), seed=0).items(3)}
+    assert got == {"What is null in Python?": "None", "Not available?": "NA", "Zip?": "00210"}
+
+
+def test_dataset_settings_paths_and_saved_folders_are_read_or_named(tmp_path):
+    """`answer_after: ""` was a ValueError traceback and `answer_after: 4` a TypeError; a missing local file read
+    as a hub that cannot be reached; a `save_to_disk` folder was refused with `datasets`' own hint (a review,
+    stop 37)."""
+    import datasets
+
+    from evaluators.sources import SourceSpecError, check_source_spec
+
+    csv = tmp_path / "qa.csv"
+    csv.write_text("question,answer\nQ?,x #### 4\n")
+    for cfg, key in (({"answer_after": ""}, "config.answer_after"), ({"answer_after": 4}, "config.answer_after"),
+                     ({"question": None}, "config.question")):
+        with pytest.raises(SourceSpecError, match="must be non-empty text") as e:
+            check_source_spec(SourceSpec("dataset", str(csv), cfg))
+        assert e.value.field == key
+    with pytest.raises(SourceSpecError, match=re.escape("data/missing.parquet: no such file or folder (a relative")):
+        check_source_spec(SourceSpec("dataset", "data/missing.parquet"))
+    saved = tmp_path / "saved"
+    datasets.Dataset.from_dict({"question": ["Q1?", "Q2?"], "answer": ["1", "2"]}).save_to_disk(str(saved))
+    assert make_task(SourceSpec("dataset", str(saved)), seed=0).n_items == 2
+    both = tmp_path / "both"
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict({"question": ["Q?"], "answer": ["1"]}),
+                          "test": datasets.Dataset.from_dict({"question": ["T?"], "answer": ["2"]})}).save_to_disk(str(both))
+    assert make_task(SourceSpec("dataset", str(both), {"split": "test"}), seed=0).item(0).question == "T?"
+
+
+def test_a_completion_too_large_for_decimal_is_wrong_not_a_crash():
+    from evaluators.sources import same_number
+
+    assert same_number("1e1000000", "2.5") is False and same_number("2.5", "2.5") is True
+
+
+def test_a_generator_that_caps_its_size_still_streams():
+    """word_ladder refuses 1,000,000 items: the source was refused naming `size`, which SRO sets (a review,
+    stop 37). Smaller streams are tried; the stream then repeats."""
+    t = make_task(SourceSpec("reasoning_gym", "word_ladder", {}), seed=0)
+    assert t.size < STREAM_SIZE and t.item(t.size + 3).question == t.item(3).question
 
 
 def test_a_multi_line_reference_answer_is_read_over_as_many_lines():
@@ -257,3 +321,22 @@ def test_held_out_overlap_probes_no_stream_for_game_benchmarks_alone():
 
     game = Benchmark("coin", Game(), [Item("coin game 0", "", "textworld:coin", {"game": 0})])
     assert held_out_overlap({"agent/coin": game}, {"agent": [Game()]}, set()) == {"agent/coin": 0.0}
+
+
+def test_the_train_score_of_the_gap_skips_held_out_questions():
+    """`score_in_distribution` scored the training stream's first items, held-out questions among them (30 of
+    the first 100 of a file that is also its benchmark): the train/held-out gap leaned towards 0 (a review,
+    stop 37). It takes the items training may draw, as the mixture does."""
+    from types import SimpleNamespace
+
+    from sro.executor import SearchContext
+
+    class Stream(Task):
+        spec = SourceSpec("jsonl", "s")
+
+        def item(self, idx: int) -> Item:
+            return Item(f"q{idx}", str(idx), "s")
+
+    held = SimpleNamespace(exclude={normalize(f"q{i}") for i in range(0, 10, 2)})
+    got = SearchContext._trained_items(held, Stream(), 5)
+    assert [it.question for it in got] == ["q1", "q3", "q5", "q7", "q9"]

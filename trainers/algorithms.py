@@ -270,7 +270,14 @@ def checked_value(key: str, v: Any, kind: str, choices: Sequence[Any] | None = N
         raise RecipeValueError((key,), f"{key}={v!r} must be true or false")
     if kind in ("int", "float"):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
-            raise RecipeValueError((key,), f"{key}={v!r} must be a number")
+            hint = ""
+            try:  # `lr: 1e-4` in a hand-written YAML: PyYAML reads a float without a dot as text
+                if isinstance(v, str) and math.isfinite(float(v)):
+                    mant, _, exp = repr(float(v)).partition("e")
+                    hint = f" (YAML reads {v} as text; write {mant if '.' in mant else mant + '.0'}{'e' + exp if exp else ''})"
+            except ValueError:
+                pass
+            raise RecipeValueError((key,), f"{key}={v!r} must be a number{hint}")
         if math.isinf(v):
             raise RecipeValueError((key,), f"{key}={v!r} must be a finite number")
         if kind == "int":

@@ -160,6 +160,13 @@ def processing_values(values: Mapping[str, Any]) -> dict[str, Any]:
         if (low is not None and v < low) or (high is not None and v > high):
             span = f"in [{low:g}, {high:g}]" if high is not None else f">= {low:g}"
             raise RecipeValueError((key,), f"{key}={v!r} must be {span}")
+    # a band's two ends together, as the operators read them (their defaults for an end not given): an inverted
+    # band was found when the trial built its mixture, after the base model was scored (a review, stop 37)
+    for low_key, high_key, low0, high0 in ((PREFIX + "difficulty_low", PREFIX + "difficulty_high", 0.0, 1.0),
+                                           (PREFIX + "min_len", PREFIX + "max_len", 0, 10**9)):
+        if (low_key in out or high_key in out) and out.get(low_key, low0) > out.get(high_key, high0):
+            raise RecipeValueError((low_key, high_key), f"{low_key}={out.get(low_key, low0)} is above "
+                                                        f"{high_key}={out.get(high_key, high0)}; swap them")
     return out
 
 
