@@ -272,3 +272,14 @@ def test_an_inverted_band_is_refused_with_the_recipe_values_before_any_trial():
         with pytest.raises(RecipeValueError, match=re.escape(needle)):
             processing_values(values)
     assert processing_values({"proc.difficulty_low": 0.5}) == {"proc.difficulty_low": 0.5}
+
+
+def test_dedup_beside_a_narrow_band_starts_new_passes_in_time():
+    """2 of 256 rated items in the band, with dedup: a new pass waited for 200 repeats (25,600 draws) and the
+    mixture gave up at 10,000, failing a trial the band alone trained (a review, stop 37)."""
+    task = ListTask([f"q {i}" for i in range(256)])
+    band = {"q 3", "q 200"}
+    dedup = item_filter({"proc.dedup": True})
+    mix = Mixture({"d": [task]}, keep=lambda it: it.question in band and dedup(it), period=256)
+    drawn = [it.question for _, it in mix.sample(6)]
+    assert Counter(drawn) == {"q 3": 3, "q 200": 3}

@@ -34,6 +34,8 @@ PassRates = Mapping[str, float]
 """Normalized question → the base model's estimated pass rate."""
 
 DEDUP_PATIENCE = 200
+DEDUP_MIN = 20
+"""The shortest run of repeats that ends a pass of a source that has shown few distinct questions."""
 PREFIX = "proc."
 RATED_ITEMS = 256
 """Items of each source the pass-rate table rates (the first ones of its stream). A recipe with a difficulty band
@@ -78,8 +80,8 @@ def _difficulty(values: Mapping[str, Any], pass_rates: Callable[[], PassRates]) 
 
 
 class _Dedup:
-    """Each normalized question once per pass of its source; a run of DEDUP_PATIENCE repeats from a
-    source starts that source's new pass. Per source: one shared set let a small source that ran out
+    """Each normalized question once per pass of its source; a run of repeats from a source starts that
+    source's new pass: DEDUP_PATIENCE long, or twice the distinct questions of this pass (at least DEDUP_MIN). Per source: one shared set let a small source that ran out
     restart every other source's pass too (a 3-row file beside a generator: 15 repeats in 60 draws
     where the generator alone had none)."""
 
@@ -96,7 +98,10 @@ class _Dedup:
             self.repeats[src] = 0
             return True
         self.repeats[src] = self.repeats.get(src, 0) + 1
-        if self.repeats[src] >= DEDUP_PATIENCE:  # this source has nothing new left: start its new pass
+        # this source has nothing new left: start its new pass, after DEDUP_PATIENCE repeats in a row, or fewer
+        # (twice its distinct questions, at least DEDUP_MIN) when it has shown few: a narrow band's 2 items of 256
+        # needed 200 repeats, 25,600 draws, and the mixture gave up at 10,000 (a review, stop 37)
+        if self.repeats[src] >= min(DEDUP_PATIENCE, max(DEDUP_MIN, 2 * len(seen))):
             self.seen[src] = {q}
             self.repeats[src] = 0
             self.passes[src] = self.passes.get(src, 1) + 1
