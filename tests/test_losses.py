@@ -160,3 +160,13 @@ def test_proximal_kl_clips_a_negative_future_kl_and_masks_at_c_mask_inclusive():
     s = ProxKLSettings(beta_p=0.0, c_is=2.0, c_mask=3.0)
     assert torch.exp(x.prox_logp - x.behav_logp).item() == 3.0
     assert proximal_kl_loss(x, s).item() == pytest.approx(-2.0 * math.log(0.75), rel=1e-6)
+
+
+def test_overlong_penalty_by_hand():
+    """DAPO's soft overlong punishment (ALGORITHMS.md §1, "a soft length penalty"): max_len 8, buffer 4: no
+    penalty up to 4 tokens, then (4 − L)/4 down to −1 at 8 tokens, and −1 for a truncated completion."""
+    from trainers.core import overlong_penalty
+
+    got = overlong_penalty(torch.tensor([3, 4, 5, 6, 8, 8]), torch.tensor([False] * 5 + [True]), 8, 4)
+    assert got.tolist() == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
+

@@ -228,6 +228,44 @@ def test_dynamic_sampling_reports_the_reward_of_everything_generated(tiny):
     assert m["reward_kept"] != pytest.approx(m["reward"]) or m["kept_groups"] == 1.0
 
 
+def test_the_overlong_penalty_shapes_the_advantage_not_the_logged_reward(tiny, monkeypatch):
+    """Every completion is right (reward 1): without the penalty every advantage is 0 and nothing moves; with
+    `overlong_buffer` the penalty (`overlong_penalty`, by hand in test_losses.py; here a fixed spread, since an
+    untrained model truncates every completion) is added to the rewards the advantages are taken from, so there
+    is a gradient, while the logged reward stays the task's 1.0. A multi-turn recipe refuses the setting."""
+    import trainers.grpo as grpo
+    from trainers.multiturn import multi_turn_config
+
+    calls = []
+
+    def spread(lengths, truncated, max_len, buffer):
+        calls.append((max_len, buffer))
+        return -torch.arange(len(lengths), dtype=torch.float32) % 4 / 4
+
+    monkeypatch.setattr(grpo, "overlong_penalty", spread)
+    _, tok = tiny
+
+    class Right(_Digit):
+        def score(self, item, text):
+            return 1.0
+
+    class RightMix(_Mix):
+        def sample(self, n):
+            return [(Right(), it) for _, it in super().sample(n)]
+
+    norms = {}
+    for buffer in (0, 3):
+        cfg = config_for("grpo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 3,
+                                  "overlong_buffer": buffer})
+        torch.manual_seed(0)
+        m = GRPOTrainer(_model(tiny), tok, cfg, RightMix()).step()
+        assert m["reward"] == 1.0
+        norms[buffer] = m["grad_norm"]
+    assert norms[0] == 0.0 and norms[3] > 0 and calls == [(3, 3)]
+    with pytest.raises(ValueError, match="overlong_buffer"):
+        multi_turn_config("grpo", config_for("grpo", {"overlong_buffer": 2}), {"overlong_buffer": 2})
+
+
 def test_dynamic_sampling_without_any_signal_skips_the_update(tiny):
     """When no group of `max_sample_rounds` rounds has a reward spread, nothing trains: the weights stay put
     (until stop 30 the zero-advantage batch was stepped on, and AdamW's momentum from the step before moved

@@ -48,6 +48,15 @@ def centred_advantage(rewards: torch.Tensor, group_size: int) -> torch.Tensor:
     return (r - r.mean(dim=1, keepdim=True)).reshape(-1)
 
 
+def overlong_penalty(lengths: torch.Tensor, truncated: torch.Tensor, max_len: int, buffer: int) -> torch.Tensor:
+    """DAPO's soft overlong punishment (Yu et al. 2025, arXiv 2503.14476, eq. 13), added to the reward: 0 up to
+    `max_len − buffer` tokens, then falling linearly to −1 at `max_len`, and −1 for a truncated completion (it
+    would have run past the limit). lengths (N,) completion tokens with the EOS, truncated (N,) bool → (N,)."""
+    start = max_len - buffer
+    pen = ((start - lengths.float()) / max(buffer, 1)).clamp(min=-1.0, max=0.0)
+    return torch.where(truncated, torch.full_like(pen, -1.0), pen)
+
+
 def on_mask(x: torch.Tensor, mask: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
     """`x` where `mask` holds and `fill` at the masked positions (padding after EOS): the reference log-probs
     (μ, π_prox, π_ref) a loss exponentiates against π_θ's, given `fill` = π_θ's own (detached) so that a masked

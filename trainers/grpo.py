@@ -19,7 +19,7 @@ from evaluators.registry import Registry
 from evaluators.sources import Item, Task
 from trainers.backends import ROLLOUT_BACKENDS
 from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock
-from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl, on_mask
+from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl, on_mask, overlong_penalty
 from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine, teacher_log_dist
 from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings, proximal_kl_stats
 from trainers.mixture import Mixture
@@ -60,6 +60,9 @@ class GRPOConfig:
     """Train on the batch generated this many updates ago (the off-policy regime of async RL)."""
     mask_truncated: bool = False
     """Drop truncated completions from the loss (DAPO's overlong masking)."""
+    overlong_buffer: int = 0
+    """DAPO's soft overlong punishment, ALGORITHMS.md §1's "soft length penalty": the last this many tokens
+    before max_new_tokens cost up to 1 of the reward, linearly, and a truncated completion 1 (0: off)."""
     dynamic_sampling: bool = False
     """DAPO: drop groups whose rewards are all equal (no signal) and sample more prompts until the
     batch is full or `max_sample_rounds` rounds have run."""
@@ -110,6 +113,9 @@ class GRPOConfig:
             problems.append("beta, eps_low, eps_high must be >= 0 and temperature > 0")
         if self.staleness < 0:
             problems.append(f"staleness must be >= 0 (got {self.staleness})")
+        if not 0 <= self.overlong_buffer <= self.max_new_tokens:
+            problems.append(f"overlong_buffer must be in [0, max_new_tokens={self.max_new_tokens}] "
+                            f"(got {self.overlong_buffer})")
         if self.policy_loss not in POLICY_LOSSES:
             problems.append(f"policy_loss must be one of {POLICY_LOSSES.names()} (got {self.policy_loss!r})")
         if isinstance(self.prox, dict):
@@ -280,7 +286,11 @@ class GRPOTrainer:
         b = self._next_batch()
         ro = b.ro
         dev = ro.input_ids.device
-        adv = ADVANTAGES.get(cfg.scale_rewards)(b.rewards, cfg.group_size).to(dev)  # (N,)
+        shaped = b.rewards
+        if cfg.overlong_buffer > 0:  # the task's reward (logged) less the length penalty (trained on)
+            shaped = b.rewards + overlong_penalty(ro.completion_mask.sum(-1).cpu(), ro.truncated.cpu(),
+                                                  cfg.max_new_tokens, cfg.overlong_buffer)
+        adv = ADVANTAGES.get(cfg.scale_rewards)(shaped, cfg.group_size).to(dev)  # (N,)
         mask = ro.completion_mask.float()  # (N, C)
         if cfg.mask_truncated:
             mask = mask * (~ro.truncated).float().unsqueeze(-1)

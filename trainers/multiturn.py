@@ -95,7 +95,7 @@ def unsupported_settings(base: GRPOConfig) -> list[str]:
     return [key for key, on in (
         ("staleness", base.staleness != 0), ("num_iterations", base.num_iterations != 1),
         ("minibatches", base.minibatches != 1), ("distill.weight", base.distill.weight > 0),
-        ("dynamic_sampling", base.dynamic_sampling)) if on]
+        ("dynamic_sampling", base.dynamic_sampling), ("overlong_buffer", base.overlong_buffer > 0)) if on]
 
 
 MT_SETTINGS = ("reward", "history", "confidence", "calib_weight", "readout_steps", "readout_buffer")
@@ -493,7 +493,7 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     if unsupported:  # by their recipe keys, so a space's fixed one is named before anything trains
         detail = (f"{', '.join(unsupported)}: the multi-turn trainer plays fresh episodes for one pass per iteration "
                   "and does not support them; leave them at their defaults (staleness 0, num_iterations 1, "
-                  "minibatches 1, distill.weight 0, dynamic_sampling off)")
+                  "minibatches 1, distill.weight 0, dynamic_sampling off, overlong_buffer 0)")
         raise RecipeValueError(tuple(unsupported), detail)
     proas = {k[len("proas."):]: v for k, v in values.items() if k.startswith("proas.")}
     known = set(ProASConfig.__dataclass_fields__)
