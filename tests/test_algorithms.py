@@ -267,3 +267,5 @@ def test_clip_fraction_counts_what_each_loss_clips():
     ratio = torch.tensor([0.5, 0.9, 1.0, 1.1, 1.5])
     assert clipped_tokens(ratio, config_for("grpo", {"eps": 0.2})).tolist() == [1.0, 0.0, 0.0, 0.0, 1.0]
     assert clipped_tokens(ratio, config_for("cispo", {"eps_high": 0.2})).tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
+    for plain in ("pg", "proximal_kl"):  # they clip no ratio: the metric said they did (a review, stop 37)
+        assert clipped_tokens(ratio, config_for(plain, {})).tolist() == [0.0] * 5

@@ -1430,6 +1430,20 @@ def test_a_cached_tiny_model_is_said_to_come_from_the_cache(micro_project, tmp_p
     assert not any("pre-training on" in s for s in said)
 
 
+def test_a_generator_benchmark_larger_than_its_problem_space_says_so(micro_project, tmp_path):
+    """One-digit addition has about a hundred questions: a benchmark of 300 repeated them, each weighing in its score
+    several times, without a word (a review, stop 37)."""
+    from sro.executor import SearchContext
+
+    path = micro_project("rep")
+    path.write_text(path.read_text().replace("size: 24", "size: 300"))
+    said: list[str] = []
+    SearchContext.prepare(load_project(path), tmp_path / "runs" / ".cache", log=said.append)
+    note = next((s for s in said if "300 items but" in s), None)
+    assert note is not None and "distinct questions" in note, said
+    assert int(note.split("300 items but ")[1].split()[0]) < 300
+
+
 def test_sigterm_records_the_running_trial_interrupted_and_runs_is_not_a_run_folder(micro_project, tmp_path):
     """SIGTERM (`kill`, `docker stop`, a scheduler's preemption) killed the search without a word: its trial
     stayed running until its heartbeat went stale, 10 minutes on another machine (a review, stop 28). It now

@@ -180,9 +180,11 @@ class Batch:
 
 
 def clipped_tokens(ratio: torch.Tensor, cfg: GRPOConfig) -> torch.Tensor:
-    """1.0 where the loss clips the ratio π_θ/μ (the `clip_frac` metric): outside [1 − eps_low, 1 + eps_high],
-    or for CISPO, whose weight is clipped from above only, above 1 + eps_high (until stop 25 its metric
+    """1.0 where the loss clips the ratio π_θ/μ (the `clip_frac` metric): outside [1 − eps_low, 1 + eps_high]
+    for the clipped surrogate, nowhere for pg and proximal_kl, which clip no ratio, or for CISPO, whose weight is clipped from above only, above 1 + eps_high (until stop 25 its metric
     counted the lower side too, about twice what the loss clipped)."""
+    if cfg.policy_loss not in ("clip", "cispo"):  # pg and proximal_kl clip no ratio (a review, stop 37)
+        return torch.zeros_like(ratio)
     clipped = ratio > 1 + cfg.eps_high
     if cfg.policy_loss != "cispo":
         clipped = clipped | (ratio < 1 - cfg.eps_low)
