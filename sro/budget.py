@@ -84,11 +84,11 @@ class Budget:
         for term in terms:
             m = _TERM.match(term)
             unit = m.group(2).lower() if m else ""
-            if not m or unit not in _UNITS:
-                raise BudgetError(f"cannot parse budget {term.strip()!r}; {HELP}")
-            if m.group(2) in ("M", "K", "G", "k"):  # `5M` read as 5 minutes, beside `5Mtok` in the help (stop 37)
+            if m and m.group(2) in ("M", "K", "G", "k"):  # `5M` read as 5 minutes, beside `5Mtok` in the help (stop 37)
                 raise BudgetError(f"budget {term.strip()!r} is ambiguous: write {m.group(1)}m for minutes, or "
                                   f"{m.group(1)}{m.group(2).upper()}tok for training tokens")
+            if not m or unit not in _UNITS:
+                raise BudgetError(f"cannot parse budget {term.strip()!r}; {HELP}")
             field, scale = _UNITS[unit]
             value = float(m.group(1)) * scale
             if value <= 0:

@@ -48,10 +48,20 @@ def dominates(a: Sequence[float], b: Sequence[float], directions: Sequence[str])
 
 def dominating_count(values: dict[str, float], earlier: Sequence[dict[str, float]],
                      objectives: Sequence[Objective]) -> int:
-    """How many of the `earlier` result dicts dominate `values` (all keyed by objective)."""
+    """How many of the `earlier` result dicts dominate `values` (all keyed by objective) *and* are better on a
+    score: at one fraction of their steps a longer recipe has always cost more, so where the 50-item subset
+    scores tie (flat early, in steps of 0.02) the cost alone pruned every longer recipe, and a trial 0.01 s
+    slower than three equal ones (a review, stop 37). Where every objective is a cost, domination alone."""
     keys, dirs = [k for k, _ in objectives], [d for _, d in objectives]
+    scores = [i for i, k in enumerate(keys) if k != "cost"] or list(range(len(keys)))
     mine = [float(values.get(k, float("nan"))) for k in keys]
-    return sum(dominates([float(e.get(k, float("nan"))) for k in keys], mine, dirs) for e in earlier)
+
+    def counts(e: dict[str, float]) -> bool:
+        theirs = [float(e.get(k, float("nan"))) for k in keys]
+        return dominates(theirs, mine, dirs) and any(
+            (theirs[i] > mine[i]) if dirs[i] == "max" else (theirs[i] < mine[i]) for i in scores)
+
+    return sum(counts(e) for e in earlier)
 
 
 def fraction_key(fraction: float) -> str:
@@ -101,8 +111,13 @@ class Pruner:
         retry was pruned by its own cheaper first attempt."""
         key = fraction_key(fraction)
         superseded = {r.late_of for r in history if r.late_of is not None}
-        return [r.intermediate[key] for r in history if key in r.intermediate and r.number not in superseded
-                and (recipe_key is None or r.recipe.key != recipe_key)]
+        # one result per recipe, its latest run's: a recipe stopped by the budget or interrupted runs again on
+        # resume, and its two runs counted twice towards `min_dominating` (a review, stop 37)
+        latest: dict[str, dict[str, float]] = {}
+        for r in sorted(history, key=lambda r: r.number):
+            if key in r.intermediate and r.number not in superseded and (recipe_key is None or r.recipe.key != recipe_key):
+                latest[r.recipe.key] = r.intermediate[key]
+        return list(latest.values())
 
     def should_prune(self, values: dict[str, float], earlier: Sequence[dict[str, float]]) -> int:
         """The number of dominating earlier results when it reaches `min_dominating`, else 0."""
@@ -173,12 +188,16 @@ def training_seconds(curve: Sequence[dict[str, float]], eval_s: float) -> float 
 
 
 def pruned_cost(cost_so_far: dict[str, float], step: int, steps: int, train_s: float | None = None,
-                scoring_s: float = 0.0) -> dict[str, float]:
+                scoring_s: float = 0.0, limit_s: float | None = None) -> dict[str, float]:
     """A pruned trial's cost: what it spent, plus the steps it did not run and their estimated seconds:
     those steps at its training pace so far (`train_s`, the seconds its `step` steps took, the intermediate
     evaluations left out; the whole wall time if None) and the final held-out scoring it skipped
-    (`scoring_s`). Until stop 25 the pace was the whole wall time's, the model's loading and the
+    (`scoring_s`); with `limit_s` (the trial's time limit) no more steps than would have fitted in it. Until
+    stop 25 the pace was the whole wall time's, the model's loading and the
     intermediate evaluations included, and the skipped scoring was left out."""
     left = max(0, steps - step)
     pace = float(cost_so_far.get("wall_s", 0.0) if train_s is None else train_s) / max(1, step)
+    if limit_s is not None and pace > 0:  # the time limit it ran under would have stopped it first (a review,
+        room = max(0.0, limit_s - float(cost_so_far.get("wall_s", 0.0)) - scoring_s)  # stop 37): no more saved
+        left = min(left, int(room // pace))
     return {**cost_so_far, "saved_steps": float(left), "saved_s": round(pace * left + (scoring_s if left else 0.0), 2)}

@@ -370,7 +370,8 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
             raise
         except TrialPruned as e:  # dominated at an intermediate evaluation: partial results kept
             cost = pruned_cost({**cost_so_far(), "samples": float(curve[-1].get("samples", 0)) if curve else 0.0},
-                               e.step, steps, train_s=training_seconds(curve, e.eval_s), scoring_s=ctx.score_s)
+                               e.step, steps, train_s=training_seconds(curve, e.eval_s), scoring_s=ctx.score_s,
+                               limit_s=remaining)
             ledger.end_early(trial, "pruned", {k: v for k, v in e.values.items() if k != "cost"}, cost, curve,
                              str(e))
             progress.console.print(f"[yellow]trial {trial.number} {escape(str(e))}[/]; saved {cost['saved_steps']:.0f} "

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from sro.config import ConfigError, load_project
-from sro.ledger import Ledger
+from sro.ledger import Ledger, TrialRecord
 from sro.pruning import Pruner, TrialPruned, dominates, dominating_count, pruned_cost, saved_budget, subset_scores
 from sro.recipe import Recipe
 from sro.space import RecipeSpace
@@ -238,3 +238,34 @@ def test_no_checkpoint_on_the_last_step():
     """A test audit's mutation (stop 33): a checkpoint allowed on a trial's last step (an evaluation that can save
     nothing) passed every test."""
     assert Pruner(OBJ, fractions=(0.95,)).checkpoints(6) == {}
+
+
+def test_one_recipe_counts_once_and_a_tie_on_scores_prunes_nothing_by_cost_alone() -> None:
+    """A review at stop 37: a recipe stopped by the budget and run again on resume counted twice towards
+    `min_dominating` (two recipes pruned a third); and where the subset scores tie, the cost alone pruned: a
+    trial 0.01 s slower than three equal ones, and every longer recipe (at one fraction of its steps it has
+    always cost more)."""
+    objectives = [("a/x", "max"), ("cost", "min")]
+    p = Pruner(objectives)
+    x, y = Recipe({"lr": 1e-3}), Recipe({"lr": 2e-3})
+    at = lambda s, c: {"0.333": {"a/x": s, "cost": c}}  # noqa: E731
+    hist = [TrialRecord(0, "stopped", x, intermediate=at(0.50, 40.0)),
+            TrialRecord(1, "complete", x, intermediate=at(0.52, 40.1)),
+            TrialRecord(2, "complete", y, intermediate=at(0.52, 41.0))]
+    earlier = p.earlier(hist, 1 / 3, recipe_key=Recipe({"lr": 3e-3}).key)
+    assert earlier == [{"a/x": 0.52, "cost": 40.1}, {"a/x": 0.52, "cost": 41.0}]  # x's latest run only
+    assert p.should_prune({"a/x": 0.48, "cost": 45.0}, earlier) == 0  # two recipes, not three
+    flat = [{"a/x": 0.0, "cost": 30.0 + i * 0.01} for i in range(3)]
+    assert p.should_prune({"a/x": 0.0, "cost": 300.0}, flat) == 0 and p.should_prune({"a/x": 0.0, "cost": 30.03}, flat) == 0
+    assert p.should_prune({"a/x": -0.1, "cost": 300.0}, flat) == 3  # worse on the score too: pruned
+    costs_only = Pruner([("cost", "min")])
+    assert costs_only.should_prune({"cost": 9.0}, [{"cost": 1.0}] * 3) == 3
+
+
+def test_saved_budget_stays_within_the_time_limit_the_trial_had() -> None:
+    """100 of 300 steps in 100 s (110 s in all, 10 s of scoring to come) with 150 s of budget left: 30 more
+    steps would have fitted, so the saving is 30 steps and 40 s, not 200 steps (it claimed more than the study
+    could have spent; a review, stop 37)."""
+    cost = pruned_cost({"wall_s": 110.0}, step=100, steps=300, train_s=100.0, scoring_s=10.0, limit_s=150.0)
+    assert cost["saved_steps"] == 30.0 and cost["saved_s"] == 40.0
+    assert pruned_cost({"wall_s": 110.0}, 100, 300, train_s=100.0, scoring_s=10.0)["saved_steps"] == 200.0
