@@ -8,6 +8,7 @@ did you mean 'basic_arithmetic'?` — the CLI prints it and exits 2.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import re
 from pathlib import Path
@@ -15,6 +16,8 @@ from typing import Any, Literal, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+
+from sro import yaml_strict
 
 from evaluators.sources import MULTI_TURN_KINDS, SourceSpec, SourceSpecError, check_source_spec
 from sro.budget import Budget, BudgetError
@@ -29,6 +32,8 @@ def _plain_name(value: str, what: str) -> str:
     """Names that become file and key parts: letters, digits, _ . - only."""
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
         raise ValueError(f"{what} {value!r} may only use letters, digits, _ . -")
+    if set(value) == {"."} or value.startswith("-"):  # `name: ..` wrote the run outside runs/ (a review, stop 37)
+        raise ValueError(f"{what} {value!r} may not be only dots or start with '-' (it names a folder)")
     return value
 
 
@@ -324,7 +329,11 @@ class ProjectConfig(_Strict):
                                  f"{'lower' if better == 'min' else 'higher'} values; write `{key}: {better}`")
         self._one_turn_kind()
         names = [k for k, _ in self.objective_directions()]
-        for key in self.reference_point:
+        for key, v in self.reference_point.items():
+            if not math.isfinite(v):  # `cost: .inf` read as "no limit" made every hypervolume inf, and every
+                # window a stall for redesign_on_stall (a review, stop 37)
+                raise ValueError(f"reference_point.{key}: {v} is not a finite number; give the worst acceptable "
+                                 "value, or leave the objective out (one is inferred from the trials)")
             if key not in names:
                 hint = difflib.get_close_matches(key, names, n=1)
                 fix = f"did you mean {hint[0]!r}?" if hint else f"objectives: {', '.join(names)}"
@@ -469,7 +478,7 @@ def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str,
     if not path.is_file():
         raise ConfigError(f"{where}: no such file; {how}")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml_strict.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"{where}: malformed YAML ({str(e).splitlines()[0]}); fix the syntax") from None
     if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
@@ -530,7 +539,7 @@ def load_project(path: str | os.PathLike[str], trains: bool = True) -> ProjectCo
     if not path.is_file():
         raise ConfigError(f"{path}: no such file; pass the path of a project YAML")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml_strict.safe_load(path.read_text())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -12,6 +12,8 @@ from typing import Any, Literal
 import numpy as np
 import yaml
 
+from sro import yaml_strict
+
 Kind = Literal["float", "int", "categorical", "bool"]
 
 
@@ -159,6 +161,11 @@ class RecipeSpace:
             if p.name not in values or not self.is_active(p, out):
                 continue
             v = values[p.name]
+            if p.kind in ("float", "int") and isinstance(v, str):  # `lr: 1e-4` in YAML is text (PyYAML wants a
+                try:  # dot), as a space.yaml bound of that spelling is read (a review, stop 37)
+                    v = float(v) if math.isfinite(float(v)) else v
+                except ValueError:
+                    pass
             if p.kind == "categorical":  # 0 and 0.0 are one choice: take the space's own, so keys agree
                 v = next((c for c in p.choices or [] if c == v and type(c) is type(v)),
                          next((c for c in p.choices or [] if c == v and not isinstance(c, bool)
@@ -346,7 +353,7 @@ class RecipeSpace:
     @classmethod
     def from_yaml(cls, text: str) -> RecipeSpace:
         try:
-            data = yaml.safe_load(text) or {}
+            data = yaml_strict.safe_load(text) or {}
         except yaml.YAMLError as e:  # `sro design` over a hand-edited file used to end in a traceback
             raise SpaceError(f"not valid YAML: {' '.join(str(e).split())}") from None
         return cls.from_dict(data)

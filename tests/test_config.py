@@ -426,3 +426,22 @@ def test_a_recipe_file_passed_as_a_project_says_to_train_it(micro_project, tmp_p
         load_project(path)
     assert str(e.value) == (f"{path}: this is a recipe file (`project:` and `recipe:`, as `sro export` writes it), "
                             f"not a project; run `sro train {path}` on it, or pass a project YAML")
+
+
+def test_a_key_given_twice_a_dotted_name_and_an_infinite_reference_point_are_refused(micro_project):
+    """A review at stop 37: a second `arithmetic:` domain replaced the first silently (PyYAML keeps the last
+    value), `name: ..` wrote the run outside runs/, and `reference_point: {cost: .inf}` made every hypervolume
+    inf and every window a stall."""
+    msg = _err(micro_project, raw=lambda t: t.replace("domains:\n", "domains:\n  arithmetic: {}\n", 1))
+    assert "key 'arithmetic' appears twice in one mapping (first at line" in msg and "line " in msg, msg
+    msg = _err(micro_project, raw=lambda t: t + "seed: 3\n")
+    assert "key 'seed' appears twice" in msg
+    for name in ("..", ".", "-x"):
+        msg = _err(micro_project, lambda d, n=name: d.update(name=n))
+        assert "may not be only dots or start with '-'" in msg, msg
+    msg = _err(micro_project, lambda d: d.update(reference_point={"cost": float("inf")}))
+    assert "reference_point.cost: inf is not a finite number" in msg, msg
+    from sro.space import RecipeSpace, SpaceError
+
+    with pytest.raises(SpaceError, match="key 'lr' appears twice"):
+        RecipeSpace.from_yaml("params:\n  lr: {kind: float, low: 0.1, high: 1}\n  lr: {kind: float, low: 0.2, high: 1}\n")

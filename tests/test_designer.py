@@ -959,3 +959,43 @@ def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_p
     assert hint == f"sro search {project} --budget 3trials --runs '{runs}'"
     r = CliRunner().invoke(app, ["design", str(project), "--runs", "runs"])  # the default: nothing to repeat
     assert r.output.split("then run `")[1].split("`")[0] == f"sro search {project}"
+
+
+def test_a_redesign_keeps_a_pinned_range_around_its_pareto_recipes_and_narrows_nothing_on_flat_scores():
+    """Two redesign cases a review found (stop 37): a pinned int range [8, 8] dropped an earlier version's
+    Pareto value 5 (the docs say the new range holds every Pareto recipe); and with every score equal (nothing
+    learned yet) the front was the cheapest trial alone, and the ranges were narrowed around it."""
+    from sro.designer.redesign import Evidence
+
+    pinned = RecipeSpace([Param("steps", "int", 8, 8), Param("lr", "float", 1e-5, 1e-3, log=True)],
+                         fixed={"algorithm": "grpo"})
+    ev = Evidence(10, [{"values": {"steps": v, "lr": 1e-4}, "scores": {}} for v in (5, 8)],
+                  {"steps": 0.5, "lr": 0.5})
+    q = redesign_rules(pinned, ev).param("steps")
+    assert (q.low, q.high) == (5, 8)
+    wide = RecipeSpace([Param("steps", "int", 10, 60), Param("lr", "float", 1e-6, 1e-3, log=True)],
+                       fixed={"algorithm": "grpo"})
+    flat = Evidence(16, [{"values": {"steps": 12, "lr": 5e-4}, "scores": {"a/b": 0.0}}], {"steps": 0.5, "lr": 0.5},
+                    scores_differ=False)
+    new = redesign_rules(wide, flat)
+    assert (new.param("steps").low, new.param("steps").high) == (10, 60)
+    assert new.param("lr").low == 1e-6
+    narrowed = redesign_rules(wide, Evidence(16, flat.pareto, flat.importances))  # scores that differ: narrowed
+    assert narrowed.param("steps").high < 60
+
+
+def test_a_cuda_project_designed_without_a_gpu_is_sized_for_the_gpu(monkeypatch):
+    """`sro design` trains nothing, so a GPU project's space is designed on a laptop (docs/trainers.md): its
+    catalog said device cpu, and the rules sized its trials for this CPU, about 10x smaller (a review, stop 37)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    p = _math_project()
+    gpu = p.model_copy(update={"runtime": p.runtime.model_copy(update={"device": "cuda"})})
+    cat = build_catalog(gpu)
+    assert cat.hardware["device"] == "cuda" and cat.hardware["train_samples_per_s"] is None
+    assert any("this machine has no GPU" in n for n in cat.notes)
+    assert build_catalog(p).hardware["device"] == "cpu"
+    steps = {c: design_rules(cat_, proj).param("steps").high
+             for c, cat_, proj in (("cuda", cat, gpu), ("cpu", build_catalog(p), p))}
+    assert steps["cuda"] > steps["cpu"], steps

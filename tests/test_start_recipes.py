@@ -25,6 +25,8 @@ def test_a_start_recipe_becomes_the_canonical_recipe_of_the_space():
     assert r.fixed == {"max_new_tokens": 8}
     # the same recipe written differently (a fixed setting repeated at its value) has the same key
     assert start_recipe({**GOOD, "steps": 50, "max_new_tokens": 8}, SPACE, "x", "space v1").key == r.key
+    # `lr: 1e-4` in YAML is the text '1e-4' (PyYAML wants a dot): read as the number (a review, stop 37)
+    assert start_recipe({**GOOD, "lr": "1e-4", "steps": "50"}, SPACE, "x", "space v1").key == r.key
 
 
 @pytest.mark.parametrize("change, needle", [

@@ -212,12 +212,18 @@ def build_catalog(project: ProjectConfig, budget: Budget | None = None, ctx=None
     import torch
 
     cuda = torch.cuda.is_available() and project.runtime.device != "cpu"
-    hardware = {"device": "cuda" if cuda else "cpu", "cpu_cores": os.cpu_count() or 1,
-                "gpus": torch.cuda.device_count() if cuda else 0,
-                "train_samples_per_s": measured.get("train_samples_per_s") if measured else None}
+    # a `device: cuda` project designed where there is no GPU (docs/trainers.md: design on a laptop) is sized for
+    # the GPU it will train on, not for this CPU, and this machine's throughput is not its (a review, stop 37)
+    elsewhere = project.runtime.device == "cuda" and not cuda
+    hardware = {"device": "cuda" if cuda or elsewhere else "cpu", "cpu_cores": os.cpu_count() or 1,
+                "gpus": torch.cuda.device_count() if cuda else (1 if elsewhere else 0),
+                "train_samples_per_s": measured.get("train_samples_per_s") if measured and not elsewhere else None}
     model = {"name": project.base_model, "path": ctx.base_path if ctx is not None else None,
              "params": _model_params(ctx.base_path if ctx is not None else project.base_model)}
     notes = [] if measured else ["base model not loaded: pass rates and throughput are not measured"]
+    if elsewhere:
+        notes.append("runtime.device is cuda and this machine has no GPU: the space is sized for one GPU by the "
+                     "rules' defaults, its throughput not measured here")
     # the multi-turn trainer filters no items and runs no SFT stage: their knobs are no part of an agent's recipe
     # (until stop 33 the LLM review kept `proc.*` there, and the search refused the space it wrote)
     return Catalog(project.name, domains,

@@ -47,10 +47,13 @@ class Evidence:
     """Parameter → importance averaged over the objectives (sums to ~1; empty when too few trials)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
     """Values and the message of failed or collapsed trials."""
+    scores_differ: bool = True
+    """Whether the complete trials' scores (the objectives other than cost) differ at all: where they do not,
+    the front is only the cheapest trial, and no range is narrowed around it."""
 
     def to_dict(self) -> dict[str, Any]:
         return {"n_finished": self.n_finished, "pareto": self.pareto, "importances": self.importances,
-                "failures": self.failures}
+                "failures": self.failures, "scores_differ": self.scores_differ}
 
 
 def fits(space: RecipeSpace, recipe: Recipe) -> bool:
@@ -109,7 +112,9 @@ def gather_evidence(ledger, records: list[TrialRecord], objectives: list[tuple[s
                "cost_s": r.cost.get("wall_s")} for r in front]
     failures = [{"trial": r.number, "values": dict(r.recipe.values), "message": r.message.splitlines()[0][:200]
                  if r.message else ""} for r in records if r.state in ("failed", "collapsed")]
-    return Evidence(sum(r.finished for r in records), pareto, _importances(ledger, objectives), failures)
+    score_cols = [i for i, (k, _) in enumerate(objectives) if k != "cost"]
+    differ = bool(len(nums)) and any(float(Y[:, i].max() - Y[:, i].min()) > 0 for i in score_cols)
+    return Evidence(sum(r.finished for r in records), pareto, _importances(ledger, objectives), failures, differ)
 
 
 def hypervolume_stalled(records: list[TrialRecord], objectives: list[tuple[str, str]], window: int,
@@ -156,8 +161,13 @@ def _declared(catalog: Catalog | None, name: str) -> tuple[float, float] | None:
 def _reshape(p: Param, vals: list[float], catalog: Catalog | None) -> tuple[float, float, str]:
     lo, hi = _to_u(p, p.low), _to_u(p, p.high)  # type: ignore[arg-type]
     span = hi - lo
-    if span <= 0:
-        return p.low, p.high, ""  # type: ignore[return-value]
+    if span <= 0:  # a pinned range still holds every Pareto recipe (one of an earlier version may lie outside)
+        low, high = min(float(p.low), *vals), max(float(p.high), *vals)  # type: ignore[arg-type]
+        if p.kind == "int":
+            low, high = int(math.floor(low)), int(math.ceil(high))
+        if (low, high) == (p.low, p.high):
+            return p.low, p.high, ""  # type: ignore[return-value]
+        return low, high, "widened to hold the Pareto recipes"
     us = [_to_u(p, v) for v in vals]
     u_lo, u_hi = min(us), max(us)
     # never past a Pareto recipe: one of an earlier version may lie outside the current range
@@ -199,7 +209,9 @@ def redesign_rules(space: RecipeSpace, evidence: Evidence, catalog: Catalog | No
             continue  # dropped: it barely moved any objective
         q = Param(p.name, p.kind, p.low, p.high, p.log, list(p.choices) if p.choices else None,
                   p.condition, p.rationale)
-        if p.kind in ("float", "int") and vals and imp is not None:
+        # scores that do not differ yet (nothing learned): the front is the cheapest trial, and narrowing around
+        # it cut the longer recipes out on no evidence (a review, stop 37)
+        if p.kind in ("float", "int") and vals and imp is not None and evidence.scores_differ:
             q.low, q.high, how = _reshape(p, [float(v) for v in vals], catalog)
             q.rationale = f"{p.rationale} | v{space.version + 1}: {how} (importance {imp:.2f})"
         if p.name == "lr" and evidence.failures and vals:
