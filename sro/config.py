@@ -12,16 +12,29 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, field_validator,
+                      model_validator)
 
 from sro import yaml_strict
 
 from evaluators.sources import MULTI_TURN_KINDS, SourceSpec, SourceSpecError, check_source_spec
 from sro.budget import Budget, BudgetError
 from sro.start_recipes import is_exported
+
+
+def _not_a_bool(v: Any) -> Any:
+    """YAML's `true` for a count: pydantic's lax int took it as 1 (`size: true`, a one-item benchmark; a review,
+    stop 37)."""
+    if isinstance(v, bool):
+        raise ValueError(f"must be a whole number, not {str(v).lower()}")
+    return v
+
+
+Whole = Annotated[int, BeforeValidator(_not_a_bool)]
+"""An int field of the project YAML: a whole number, never a bool."""
 
 
 class ConfigError(ValueError):
@@ -101,7 +114,7 @@ class BenchmarkConfig(SourceConfig):
     """A held-out benchmark: a source plus a name, a size and a metric. Never trained on."""
 
     name: str = Field(description="benchmark name, unique within its domain")
-    size: int | None = Field(None, gt=0, description="number of held-out items (default 100; a game "
+    size: Whole | None = Field(None, gt=0, description="number of held-out items (default 100; a game "
                              "benchmark (textworld, env): its games, one greedy episode each)")
     metric: Literal["accuracy", "success", "score", "auroc", "ece", "brier", "first_auroc", "first_ece",
                     "first_brier"] | None = Field(
@@ -164,9 +177,9 @@ class DesignerConfig(_Strict):
     model: str | None = None
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
     timeout_s: float = Field(120.0, gt=0, description="seconds to wait for the endpoint's answer")
-    redesign_every: int = Field(0, ge=0, description="redesign the space from the evidence after this many "
+    redesign_every: Whole = Field(0, ge=0, description="redesign the space from the evidence after this many "
                                 "finished trials (0: never)")
-    redesign_on_stall: int = Field(0, ge=0, description="also redesign when the hypervolume has not grown for "
+    redesign_on_stall: Whole = Field(0, ge=0, description="also redesign when the hypervolume has not grown for "
                                    "this many finished trials (0: never)")
 
     @model_validator(mode="after")
@@ -193,10 +206,10 @@ class RuntimeConfig(_Strict):
     """Fixed settings of every trial (not searched)."""
 
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    max_new_tokens: int = Field(8, gt=0, description="completion length for rollouts and evaluation")
-    eval_batch_size: int = Field(64, gt=0)
-    threads: int | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
-    tiny_pretrain_steps: int = Field(800, ge=0, description="pre-training steps of the embedded `tiny` model")
+    max_new_tokens: Whole = Field(8, gt=0, description="completion length for rollouts and evaluation")
+    eval_batch_size: Whole = Field(64, gt=0)
+    threads: Whole | None = Field(None, gt=0, description="torch CPU threads (default: all cores)")
+    tiny_pretrain_steps: Whole = Field(800, ge=0, description="pre-training steps of the embedded `tiny` model")
     rollout_backend: Literal["hf", "vllm"] = Field(
         "hf", description="who samples rollouts: hf (transformers generate) or vllm (GPU, extra sro[vllm])")
 
@@ -208,10 +221,10 @@ class PruningConfig(_Strict):
     enabled: bool = Field(True, description="false (or `sro search --no-pruning`): every trial runs to the end")
     at: list[float] = Field([1 / 3, 2 / 3], min_length=1, description="fractions of a trial's steps at which "
                             "it is evaluated, each in (0, 1)")
-    items: int = Field(50, gt=0, description="items of each held-out benchmark scored at those points")
-    min_dominating: int = Field(3, ge=1, description="earlier trials that must dominate a trial at the same "
+    items: Whole = Field(50, gt=0, description="items of each held-out benchmark scored at those points")
+    min_dominating: Whole = Field(3, ge=1, description="earlier trials that must dominate a trial at the same "
                                 "fraction to stop it (none is pruned before that many have been evaluated)")
-    min_steps: int = Field(6, ge=2, description="trials with fewer training steps are never evaluated early")
+    min_steps: Whole = Field(6, ge=2, description="trials with fewer training steps are never evaluated early")
 
     @field_validator("at")
     @classmethod
@@ -224,7 +237,7 @@ class PruningConfig(_Strict):
 class ProjectConfig(_Strict):
     name: str = Field(description="runs/<name>/ holds everything the search writes")
     base_model: str = Field("tiny", description='"tiny" (embedded), an HF model id, or a local path')
-    seed: int = 0
+    seed: Whole = 0
     domains: dict[str, DomainConfig] = Field(min_length=1)
     objectives: list[dict[str, Literal["max", "min"]]] = Field(default_factory=list)
     reference_point: dict[str, float] = Field(
@@ -245,7 +258,7 @@ class ProjectConfig(_Strict):
                     "fixed: ...}: the fixed settings fill the parameters this space searches)")
     budget: str = Field("20m", description="default for `sro search`; --budget overrides")
     storage: str | None = Field(None, description="SQLAlchemy URL; default sqlite in runs/<name>/")
-    heartbeat_s: int = Field(60, gt=0, description="a running trial records a heartbeat in the storage this "
+    heartbeat_s: Whole = Field(60, gt=0, description="a running trial records a heartbeat in the storage this "
                              "often; one silent for 10 intervals is taken for dead (its worker's machine or "
                              "process gone), marked interrupted and run again by another worker")
     designer: DesignerConfig = Field(default_factory=DesignerConfig)

@@ -445,3 +445,12 @@ def test_a_key_given_twice_a_dotted_name_and_an_infinite_reference_point_are_ref
 
     with pytest.raises(SpaceError, match="key 'lr' appears twice"):
         RecipeSpace.from_yaml("params:\n  lr: {kind: float, low: 0.1, high: 1}\n  lr: {kind: float, low: 0.2, high: 1}\n")
+
+
+def test_a_yes_for_a_count_is_refused_not_read_as_one(micro_project):
+    """`size: true` was a one-item benchmark and `seed: true` seed 1: pydantic's lax int takes a bool (a review,
+    stop 37)."""
+    msg = _err(micro_project, lambda d: d["domains"]["arithmetic"]["benchmarks"][0].update(size=True))
+    assert "domains.arithmetic.benchmarks[0].size" in msg and "must be a whole number, not true" in msg, msg
+    msg = _err(micro_project, lambda d: d.update(seed=True))
+    assert "seed" in msg and "must be a whole number, not true" in msg, msg
