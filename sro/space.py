@@ -259,6 +259,9 @@ class RecipeSpace:
                     active_values[p.name] = values[p.name]
                 else:
                     missing.append(repr(p.name))
+        # a simplex's weights with them: they were named only on the next run, after the rest was mended (a
+        # review, stop 37)
+        missing += [repr(m) for x in self.simplexes for m in x.members if m not in values]
         if missing:
             raise SpaceError(f"recipe lacks {', '.join(missing)}")
         active_values = {}

@@ -40,7 +40,9 @@ def test_a_start_recipe_becomes_the_canonical_recipe_of_the_space():
     (lambda v: v.update(max_new_tokens=16), "max_new_tokens is fixed at 8 in space v1, not 16"),
     (lambda v: v.update(algorithm="grpo"), "proas.lambda inactive given the recipe's other settings"),
     (lambda v: v.update({"mix.a": 0.5}), "mix: weights {'mix.a': 0.5, 'mix.b': 0.75} must be >= 0 and sum to 1"),
-    (lambda v: v.pop("mix.b"), "mix: weights"),
+    # a missing weight is named with the rest (it was named on the next run, as "weights ... must sum to 1")
+    (lambda v: v.pop("mix.b"), "start_recipes[0]: recipe lacks 'mix.b' in space v1"),
+    (lambda v: [v.pop(k) for k in ("lr", "mix.a", "mix.b")], "recipe lacks 'lr', 'mix.a', 'mix.b' in space v1"),
 ])
 def test_a_start_recipe_outside_the_space_is_refused_saying_what_and_how(change, needle):
     values = dict(GOOD)
