@@ -309,7 +309,7 @@ def train(
     runs: Annotated[Path, typer.Option(help="folder for the model cache")] = Path("runs"),
 ) -> None:
     """Run one recipe outside a search and print its held-out scores next to the base model's."""
-    from sro.config import project_from_data, read_recipe_file
+    from sro.config import ConfigError, project_from_data, read_recipe_file
     from sro.executor import SearchContext, TrialFailed, run_trial, trainer_config
     from sro.recipe import Recipe
 
@@ -321,6 +321,12 @@ def train(
         _check_runs(runs, study=False)
         # a bad recipe fails here, before the base model is scored, naming the file and the key
         trainer_config(rec, proj.seed, None, where=str(recipe), multi_turn=proj.multi_turn)
+        from trainers.models import ModelLoadError, pick_device
+
+        try:  # `device: cuda` without a GPU was found after the tiny model's pre-training (a review, stop 37)
+            pick_device(proj.runtime.device)
+        except ModelLoadError as e:
+            raise ConfigError(f"{recipe}: project.runtime.device: {e}") from None
         if doc.get("state", "complete") != "complete":  # exported from a pruned, stopped or failed trial
             why = doc.get("message") if doc.get("message") not in (None, "", doc["state"]) else None
             console.print(f"note: {recipe} is trial {doc.get('trial', '?')}'s recipe ({doc['state']} in its search"

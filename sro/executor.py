@@ -119,7 +119,7 @@ class SearchContext:
                 hub_offline(project.base_model)
             except ModelLoadError as e:
                 raise ConfigError(f"{project._source or 'project'}: base_model: {e}") from None
-        threads = project.runtime.threads or os.cpu_count() or 1
+        threads = project.runtime.threads or usable_cores()
         torch.set_num_threads(threads)
         benchmarks: dict[str, Benchmark] = {}
         tasks: dict[str, list[Task]] = {}
@@ -270,6 +270,15 @@ def _keep_held_out_games_apart(benchmarks: dict[str, Benchmark], tasks: dict[str
         for t in ts:
             if hasattr(t, "keep_out"):
                 t.keep_out(signatures)
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a SLURM or cgroup limit, `taskset`), not the
+    machine's: on a big node `os.cpu_count()` oversubscribed torch's threads (a review, stop 37)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return os.cpu_count() or 1
 
 
 def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]], exclude: set[str],

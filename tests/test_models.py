@@ -285,3 +285,39 @@ def test_an_hf_id_loads_from_the_local_cache_when_the_hub_is_out_of_reach(tmp_pa
     with pytest.raises(ModelLoadError, match="sro-test/typo: not in the local HF cache .* HF_HUB_OFFLINE is set"):
         models.hub_offline("sro-test/typo")
     models.hub_offline.cache_clear()
+
+
+def test_broken_model_folders_and_ids_are_one_line_and_a_cut_tiny_cache_is_rebuilt(tmp_path, monkeypatch):
+    """A review at stop 37: a tokenizer_config.json alone loaded as a 2-token tokenizer that encoded every prompt
+    to nothing (an IndexError mid-run); a weight file cut short was safetensors' traceback; `checkpoints/x/final`
+    (no such folder, no ./) was an HFValidationError traceback; and a tiny cache copied in part (build.json sorts
+    first) or with its weights cut counted as built, failing every run without a rebuild. A tokenizer change
+    changes the fingerprint of a local model (a chat template changes every prompt)."""
+    import shutil
+
+    from trainers import models
+
+    folder = ensure_tiny(PAIRS, tmp_path / "cache", SPEC)
+    cfg_only = tmp_path / "cfgonly"
+    cfg_only.mkdir()
+    for f in ("config.json", "model.safetensors", "tokenizer_config.json"):
+        shutil.copy(folder / f, cfg_only / f)
+    with pytest.raises(ModelLoadError, match="has no tokenizer files"):
+        load_policy(str(cfg_only), device="cpu")
+    cut = tmp_path / "cut"
+    shutil.copytree(folder, cut)
+    (cut / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:5000])
+    with pytest.raises(ModelLoadError, match="a weight file incomplete"):
+        load_policy(str(cut), device="cpu")
+    models.hub_offline.cache_clear()
+    with pytest.raises(ModelLoadError, match="checkpoints/x/final: no such folder .* and not an HF model id"):
+        load_policy("checkpoints/x/final", device="cpu")
+    before = models.model_fingerprint(cut)
+    cfg = json.loads((cut / "tokenizer_config.json").read_text())
+    (cut / "tokenizer_config.json").write_text(json.dumps({**cfg, "chat_template": "{{ messages }}"}))
+    assert models.model_fingerprint(cut) != before
+    # the cache: weights cut short after a finished build, then rebuilt in place
+    (folder / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes()[:5000])
+    assert ensure_tiny(PAIRS, tmp_path / "cache", SPEC) == folder
+    model, _ = load_policy(str(folder), device="cpu")
+    assert type(model).__name__ == "Qwen2ForCausalLM"

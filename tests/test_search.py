@@ -221,6 +221,25 @@ def test_train_refuses_a_bad_multi_turn_setting_before_the_base_model(tmp_path, 
     assert "Traceback" not in r.output and not (tmp_path / "runs").exists()
 
 
+def test_train_with_a_cuda_device_and_no_gpu_stops_before_the_base_model(tmp_path, monkeypatch):
+    """`runtime.device: cuda` on a CPU machine: `sro train` pre-trained the tiny model first, then failed (a
+    review, stop 37). And the default thread count is the process's usable cores, not the machine's."""
+    import torch
+
+    from sro.executor import usable_cores
+
+    _nothing_prepared(monkeypatch)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    doc = {"project": {**CORRIDOR, "runtime": {"device": "cuda"}},
+           "recipe": {"values": {"lr": 0.002, "steps": 2}, "fixed": {"max_new_tokens": 4}}}
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    r = run_here("train", str(path), "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and "project.runtime.device: runtime.device is 'cuda' but no CUDA device is visible" \
+        in " ".join(r.stderr.split()), r.output[-2000:]
+    assert usable_cores() == len(os.sched_getaffinity(0))
+
+
 @pytest.mark.parametrize("fixed, needle", [
     ({"algorithm": "proas", "proas.lam": 1.5}, "fixed.proas.lam must be in [0, 1] (got 1.5)"),
     ({"mt.history": 1.5}, "fixed.mt.history=1.5 must be a whole number"),

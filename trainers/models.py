@@ -51,9 +51,10 @@ def missing_local_folder(name_or_path: str) -> bool:
     return looks_like_path(name_or_path) and not Path(name_or_path).expanduser().exists()
 
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt",
-                   "spiece.model", "sentencepiece.bpe.model")
-"""Files of which a saved tokenizer (`save_pretrained`) writes at least one, whatever its kind."""
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model",
+                   "sentencepiece.bpe.model")
+"""Files of which a saved tokenizer (`save_pretrained`) writes at least one, whatever its kind (its vocabulary:
+`tokenizer_config.json` alone loaded as a tokenizer of 2 tokens that encoded every prompt to nothing)."""
 
 
 def not_a_model_folder(path: str | os.PathLike[str]) -> str | None:
@@ -85,7 +86,13 @@ def hub_offline(model_id: str) -> bool:
     from huggingface_hub import constants
     from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError
 
-    cached = isinstance(huggingface_hub.try_to_load_from_cache(model_id, "config.json"), str)
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        cached = isinstance(huggingface_hub.try_to_load_from_cache(model_id, "config.json"), str)
+    except HFValidationError:  # `checkpoints/qwen/final` (a folder without ./ that does not exist): a traceback
+        raise ModelLoadError(f"{model_id}: no such folder (a relative path is read from the project's folder) and "
+                             "not an HF model id (org/name); give a folder that exists, or the model's id") from None
     if constants.is_offline_mode():
         if cached:
             return True
@@ -124,8 +131,20 @@ def load_tokenizer(name_or_path: str | os.PathLike[str]):
     _quiet_hub()
     try:
         tok = AutoTokenizer.from_pretrained(str(name_or_path), **_hub_kwargs(str(name_or_path)))
-    except (OSError, ValueError) as e:
-        raise ModelLoadError(f"cannot load tokenizer {name_or_path!s}: {str(e).splitlines()[0]}") from None
+    except ModelLoadError:
+        raise
+    except Exception as e:  # OSError, ValueError, a tokenizer file cut short (a JSON or a protobuf error)
+        raise ModelLoadError(f"cannot load tokenizer {name_or_path!s}: {type(e).__name__}: "
+                             f"{str(e).splitlines()[0] if str(e) else ''}") from None
+    # an empty vocabulary (config only, a partial download) encoded every prompt to nothing, and scoring died
+    # on an IndexError; no eos left generation without a pad token (a review, stop 37)
+    if len(tok) < 3 or not tok("What is 3 + 4?", add_special_tokens=False)["input_ids"]:
+        raise ModelLoadError(f"{name_or_path!s}: its tokenizer has {len(tok)} tokens and encodes text to nothing "
+                             "(its vocabulary file is missing: tokenizer.json, vocab.json, ...); save the tokenizer "
+                             "there with save_pretrained(), or download the model again")
+    if tok.eos_token is None:
+        raise ModelLoadError(f"{name_or_path!s}: its tokenizer has no eos_token (where a completion ends); set "
+                             "eos_token (and pad_token) in its tokenizer_config.json")
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"  # generation appends on the right
@@ -142,9 +161,13 @@ def model_fingerprint(name_or_path: str | os.PathLike[str]) -> str:
     if not folder.is_dir():
         return str(name_or_path)
     h = hashlib.sha256(str(folder.resolve()).encode())
-    config = folder / "config.json"
-    if config.is_file():
-        h.update(config.read_bytes())
+    # config, generation config (its eos ids end completions) and the tokenizer's files (a chat template added
+    # changes every prompt; the fingerprint stayed the same until stop 37)
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                 "special_tokens_map.json", "chat_template.jinja", "tokenizer.model", "vocab.json", "vocab.txt",
+                 "merges.txt"):
+        if (folder / name).is_file():
+            h.update(name.encode() + (folder / name).read_bytes())
     for f in sorted(folder.iterdir()):
         if f.suffix in (".safetensors", ".bin", ".pt", ".gguf") or f.name.endswith(".index.json"):
             st = f.stat()
@@ -189,6 +212,13 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", trai
         model = AutoModelForCausalLM.from_pretrained(src, dtype=pick_dtype(dev, training), **_hub_kwargs(src))
     except (OSError, ValueError) as e:
         raise ModelLoadError(f"cannot load model {src}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # a weight file cut short: safetensors' own error, a traceback (a review, stop 37)
+        raise ModelLoadError(f"cannot load model {src}: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                             " (a weight file incomplete? an interrupted download or copy: fetch it again)") from None
+    rows = model.get_input_embeddings().num_embeddings
+    if len(tok) > rows:  # token ids past the embedding: an IndexError mid-run
+        raise ModelLoadError(f"{src}: its tokenizer has {len(tok)} tokens but the model embeds {rows}; save the "
+                             "model and the tokenizer it was trained with together")
     model.to(dev).eval()
     if training:  # trained in train mode, sampled (μ) in eval mode: with dropout on, π/μ ≠ 1 before any update
         no_dropout(model)

@@ -141,8 +141,18 @@ def tiny_folder(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
 
 
 def tiny_cached(folder: Path) -> bool:
-    """Whether `folder` holds a finished build (`build.json` is written last)."""
-    return (folder / "config.json").is_file() and (folder / "build.json").is_file()
+    """Whether `folder` holds a finished build: `build.json` is written last, and lists every file with its size
+    (`files`), each there at that size. A copy of `runs/.cache` interrupted after `build.json` (it sorts first)
+    or a weight file cut short counted as built, and every run failed on it, never rebuilding (a review, stop 37).
+    A build of an earlier release without `files`: `config.json` and `build.json` there."""
+    try:
+        info = json.loads((folder / "build.json").read_text())
+    except (OSError, ValueError):
+        return False
+    files = info.get("files") if isinstance(info, dict) else None
+    if not isinstance(files, dict):
+        return (folder / "config.json").is_file()
+    return all((folder / name).is_file() and (folder / name).stat().st_size == size for name, size in files.items())
 
 
 def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: TinySpec | None = None,
@@ -166,14 +176,15 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     info = {"spec": asdict(spec), "pairs": len(pairs), "final_loss": losses[-1] if losses else None,
-            "seconds": round(time.time() - t0, 1), "params": sum(p.numel() for p in model.parameters())}
+            "seconds": round(time.time() - t0, 1), "params": sum(p.numel() for p in model.parameters()),
+            "files": {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}}
     (tmp / "build.json").write_text(json.dumps(info, indent=2))
     for attempt in range(2):
         try:
             tmp.rename(out)
             break
         except OSError:  # another process renamed its (identical) build first ...
-            if (out / "build.json").is_file() or attempt:
+            if tiny_cached(out) or attempt:
                 shutil.rmtree(tmp, ignore_errors=True)
                 break
             # ... or `out` is an incomplete folder (an interrupted copy, a file deleted by hand): it
