@@ -321,3 +321,22 @@ def test_broken_model_folders_and_ids_are_one_line_and_a_cut_tiny_cache_is_rebui
     assert ensure_tiny(PAIRS, tmp_path / "cache", SPEC) == folder
     model, _ = load_policy(str(folder), device="cpu")
     assert type(model).__name__ == "Qwen2ForCausalLM"
+
+
+def test_a_killed_builds_leftover_folder_is_removed_once_its_process_is_gone(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from trainers.tiny import tiny_folder
+
+    out = tiny_folder(PAIRS, tmp_path, SPEC)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    old, fresh, live = (out.with_name(f"{out.name}.tmp{pid}") for pid in (dead.pid, dead.pid + 100_000, os.getppid()))
+    for d in (old, fresh, live):
+        d.mkdir(parents=True)
+    for d in (old, live):
+        os.utime(d, (1, 1))  # unchanged for an hour and more
+    ensure_tiny(PAIRS, tmp_path, SPEC)
+    assert not old.exists() and fresh.exists() and live.exists()  # a recent one may be another machine's

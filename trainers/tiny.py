@@ -155,6 +155,22 @@ def tiny_cached(folder: Path) -> bool:
     return all((folder / name).is_file() and (folder / name).stat().st_size == size for name, size in files.items())
 
 
+def _remove_dead_builds(out: Path, older_than_s: float = 3600.0) -> None:
+    """Remove `<out>.tmp<pid>` folders a killed build left (2.5 MB each, kept for ever; a review, stop 37): those
+    whose process is gone and that have not changed for an hour (a cache folder shared by machines holds other
+    machines' live builds, whose pids mean nothing here)."""
+    for tmp in out.parent.glob(f"{out.name}.tmp*"):
+        try:
+            pid = int(tmp.name.rsplit(".tmp", 1)[1])
+            if time.time() - tmp.stat().st_mtime < older_than_s:
+                continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(tmp, ignore_errors=True)
+        except (ValueError, OSError):  # not one of ours, gone already, or a live process we may not signal
+            continue
+
+
 def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: TinySpec | None = None,
                 progress: Callable[[int, float], None] | None = None) -> Path:
     """Build (or reuse from cache) the tiny model for these training pairs; return its folder."""
@@ -162,6 +178,7 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     out = tiny_folder(pairs, cache_dir, spec)
     if tiny_cached(out):
         return out
+    _remove_dead_builds(out)
     t0 = time.time()
     corpus = with_habit(pairs, spec.habit_rate, spec.seed)
     tokenizer = build_tokenizer([format_prompt(q, None) + a for q, a in corpus], spec.vocab_size)
