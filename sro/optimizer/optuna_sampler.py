@@ -177,10 +177,7 @@ def _records(trials: Sequence[FrozenTrial], search_space: dict[str, BaseDistribu
                 continue
         values, fits = {}, True
         for n, d in search_space.items():
-            try:
-                fits = n in t.params and d._contains(d.to_internal_repr(t.params[n]))
-            except ValueError:  # a categorical value that is not among the current choices
-                fits = False
+            fits = n in t.params and _holds(d, t.params[n])
             if not fits:
                 break
             values[n] = to_recipe_value(d, t.params[n])
@@ -191,6 +188,14 @@ def _records(trials: Sequence[FrozenTrial], search_space: dict[str, BaseDistribu
         out.append(TrialRecord(t.number, state, Recipe(values if fits else {"_trial": t.number}), scores))
     return out
 
+
+def _holds(d: BaseDistribution, value: Any) -> bool:
+    """Whether distribution `d` contains `value` (an external value: a categorical one not among the current
+    choices is not contained)."""
+    try:
+        return d._contains(d.to_internal_repr(value))
+    except ValueError:
+        return False
 
 
 def _proposal(t: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any] | None:
@@ -205,9 +210,7 @@ def _proposal(t: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict
     if not isinstance(values, dict) or set(values) != set(search_space):
         return None
     try:
-        if all(search_space[n]._contains(search_space[n].to_internal_repr(to_optuna_value(search_space[n], v)))
-               for n, v in values.items()):
-            return values
-    except (ValueError, TypeError):
-        pass
-    return None
+        return values if all(_holds(search_space[n], to_optuna_value(search_space[n], v)) for n, v in values.items()) \
+            else None
+    except (ValueError, TypeError):  # a value of the wrong kind for its distribution's conversion
+        return None
