@@ -43,6 +43,7 @@ from proas import GAMES, base_model, prepare, tasks  # noqa: E402
 from trainers.grpo import GRPOConfig  # noqa: E402
 from trainers.models import load_policy  # noqa: E402
 from trainers.multiturn import MultiTurnConfig, MultiTurnTrainer, confidence_records, play_episodes  # noqa: E402
+from trainers.threads import usable_cores  # noqa: E402
 
 ITERS = int(os.environ.get("BENCH_ITERS", "24"))
 SEEDS = [int(s) for s in os.environ.get("BENCH_SEEDS", "0,1,2,3,4,5,6,7,8,9").split(",")]
@@ -53,7 +54,7 @@ TRAIN_GAMES = int(os.environ.get("BENCH_TRAIN_GAMES", "64"))
 followed by a lost episode 0.8 of the time) is recoverable on the training games (lost 0.2 of the time):
 a confidence calibrated on the training episodes cannot be calibrated on the held-out ones. 64 games,
 with the default weight, was chosen on tuning seeds 100 and 101 among 8, 32 and 64 (docs/agent.md)."""
-JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, os.cpu_count() or 1))))
+JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, usable_cores()))))
 HELD_GAMES = int(os.environ.get("BENCH_HELD_GAMES", "64"))
 EPISODES_PER_GAME = int(os.environ.get("BENCH_EPISODES", "2"))
 """The verdict's held-out set: 64 games x 2 sampled episodes. With a nearly constant c_t the ECE is the

@@ -35,7 +35,6 @@ import contextlib
 import json
 import math
 import multiprocessing
-import os
 import statistics
 import sys
 import time
@@ -63,6 +62,7 @@ from sro.optimizer.fused_kernel import load_fused_kernel  # noqa: E402
 from sro.optimizer.hypervolume import hypervolume_curve  # noqa: E402
 from sro.recipe import Recipe  # noqa: E402
 from sro.space import Param, RecipeSpace, Simplex  # noqa: E402
+from trainers.threads import usable_cores  # noqa: E402
 
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.filterwarnings("ignore")  # GP jitter, experimental-feature and sparse-tensor notices
@@ -391,7 +391,7 @@ def main() -> int:
                     help=f"comma-separated methods among {', '.join(METHODS + EXTRA_METHODS)} (the goals need "
                          f"{', '.join(METHODS)}; {', '.join(EXTRA_METHODS)} is never part of the verdict)")
     ap.add_argument("--overhead-only", action="store_true", help="time the proposal overhead alone (no runs, no verdict)")
-    ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
+    ap.add_argument("--jobs", type=int, default=min(4, usable_cores()),
                     help="processes for the runs, one torch thread each (the overhead is timed alone, afterwards)")
     args = ap.parse_args()
     seeds, n_evals, pool, over_trials, repeats = args.seeds, args.evals, 2000, 100, 5

@@ -42,6 +42,7 @@ from trainers.grpo import GRPOConfig  # noqa: E402
 from trainers.models import load_policy, missing_local_folder  # noqa: E402
 from trainers.multiturn import MultiTurnConfig, MultiTurnTrainer, evaluate_episodes, play_episodes  # noqa: E402
 from trainers.proas import ProASConfig  # noqa: E402
+from trainers.threads import usable_cores  # noqa: E402
 from trainers.tiny import TinySpec, ensure_tiny  # noqa: E402
 
 FAMILY = os.environ.get("BENCH_FAMILY", "coin_collector")
@@ -66,7 +67,7 @@ THRESHOLD = float(os.environ.get("BENCH_THRESHOLD", "0.8"))
 EVAL_EPISODES = 8
 """Sampled episodes per held-out game at each evaluation (temperature 1, fixed seed): 64 a time, so
 held-out success moves in steps of 1/64 (binomial SE about 0.055 at 0.75)."""
-JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, os.cpu_count() or 1))))
+JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, usable_cores()))))
 """Worker processes (one torch thread each)."""
 SMOOTH = 3
 """Evaluations averaged for the smoothed curve (192 episodes, SE about 0.03): a single evaluation's

@@ -31,6 +31,7 @@ from trainers.grpo import GRPOConfig, GRPOTrainer  # noqa: E402
 from trainers.mixture import Mixture  # noqa: E402
 from trainers.models import load_policy  # noqa: E402
 from trainers.prompts import format_prompt  # noqa: E402
+from trainers.threads import usable_cores  # noqa: E402
 
 PROMPTS, GROUP, COMPLETION, LR = 16, 8, 8, 1e-4
 STEPS = 6  # timed steps per round (after one untimed warm-up step)
@@ -119,7 +120,7 @@ def main() -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     console = Console()
     ctx = quickstart()
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(usable_cores())
     sro, trl = [], []
     for r in range(ROUNDS):
         sro.append(sro_round(ctx, r))

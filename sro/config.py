@@ -176,7 +176,7 @@ class DesignerConfig(_Strict):
     base_url: str | None = None
     model: str | None = None
     api_key_env: str = Field("OPENAI_API_KEY", description="environment variable holding the key")
-    timeout_s: float = Field(120.0, gt=0, description="seconds to wait for the endpoint's answer")
+    timeout_s: float = Field(120.0, gt=0, description="seconds to wait for the endpoint's whole answer")
     redesign_every: Whole = Field(0, ge=0, description="redesign the space from the evidence after this many "
                                 "finished trials (0: never)")
     redesign_on_stall: Whole = Field(0, ge=0, description="also redesign when the hypervolume has not grown for "

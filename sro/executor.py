@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import math
-import os
 import time
 from collections.abc import Callable, Collection
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, replace
@@ -25,6 +24,7 @@ from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes,
 from trainers.sft import sft
 from trainers.processing import RATED_ITEMS, OPERATORS, item_filter, needs_pass_rates, pass_rate_table, processing_values
 from trainers.models import ModelLoadError, hub_offline, load_policy, looks_like_path
+from trainers.threads import usable_cores
 from trainers.tiny import TinySpec, ensure_tiny, tiny_cached, tiny_folder
 
 PRETRAIN_PAIRS = 4000
@@ -270,15 +270,6 @@ def _keep_held_out_games_apart(benchmarks: dict[str, Benchmark], tasks: dict[str
         for t in ts:
             if hasattr(t, "keep_out"):
                 t.keep_out(signatures)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its CPU affinity: a SLURM or cgroup limit, `taskset`), not the
-    machine's: on a big node `os.cpu_count()` oversubscribed torch's threads (a review, stop 37)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return os.cpu_count() or 1
 
 
 def held_out_overlap(benchmarks: dict[str, Benchmark], tasks: dict[str, list[Task]], exclude: set[str],

@@ -147,9 +147,12 @@ class FakeLLM:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.requests.append({"path": self.path, "body": body, "auth": self.headers.get("Authorization")})
                 step = outer.script.pop(0) if outer.script else "{}"
+                trickle = 0.0
                 if isinstance(step, float):  # a slow endpoint
                     time.sleep(step)
                     step = "{}"
+                elif isinstance(step, tuple) and step[0] == "trickle":  # an answer sent a few bytes at a time
+                    trickle, step = step[1], "{}"
                 kind, status = "application/json", 200
                 finish = "stop"
                 if isinstance(step, tuple) and isinstance(step[0], int):  # (status, error message)
@@ -170,7 +173,13 @@ class FakeLLM:
                         self.send_header("Retry-After", "0")  # the retry at once: the test needs no wait
                     self.send_header("Content-Length", str(len(out)))
                     self.end_headers()
-                    self.wfile.write(out)
+                    if trickle:
+                        for i in range(20):
+                            self.wfile.write(out[i * len(out) // 20:(i + 1) * len(out) // 20])
+                            self.wfile.flush()
+                            time.sleep(trickle / 20)
+                    else:
+                        self.wfile.write(out)
                 except (BrokenPipeError, ConnectionResetError):
                     pass
 
@@ -397,6 +406,16 @@ def test_llm_slow_endpoint_times_out_with_a_clear_message(llm, tmp_path):
     with pytest.raises(DesignerFailed, match=r"did not answer within 0.5s"):
         design_llm(build_catalog(_math_project()), _llm_project(llm.url, timeout=0.5), tmp_path / "d")
     assert time.monotonic() - t0 < 3.0
+
+
+def test_llm_timeout_bounds_the_whole_answer_not_each_read(llm, tmp_path):
+    """An endpoint sending its answer in 20 pieces over 4 s, each within the 0.5 s timeout: the client's own
+    timeout is per read, so design waited the 4 s (stop 37's note); designer.timeout_s is the whole wait."""
+    llm.script = [("trickle", 4.0)]
+    t0 = time.monotonic()
+    with pytest.raises(DesignerFailed, match=r"did not answer within 0.5s"):
+        design_llm(build_catalog(_math_project()), _llm_project(llm.url, timeout=0.5), tmp_path / "d")
+    assert time.monotonic() - t0 < 2.0
 
 
 def test_llm_missing_key_or_dead_endpoint_fail_clearly(monkeypatch, tmp_path):

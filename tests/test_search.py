@@ -226,7 +226,7 @@ def test_train_with_a_cuda_device_and_no_gpu_stops_before_the_base_model(tmp_pat
     review, stop 37). And the default thread count is the process's usable cores, not the machine's."""
     import torch
 
-    from sro.executor import usable_cores
+    from trainers.threads import usable_cores
 
     _nothing_prepared(monkeypatch)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)

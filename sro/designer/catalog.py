@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from trainers.algorithms import catalog as algorithm_catalog
 from trainers.algorithms import stages
 from trainers.models import model_fingerprint
 from trainers.processing import OPERATORS
+from trainers.threads import usable_cores
 
 GREEDY_SAMPLE = 32
 """Items per source on which the base model's greedy pass rate is measured."""
@@ -215,7 +215,7 @@ def build_catalog(project: ProjectConfig, budget: Budget | None = None, ctx=None
     # a `device: cuda` project designed where there is no GPU (docs/trainers.md: design on a laptop) is sized for
     # the GPU it will train on, not for this CPU, and this machine's throughput is not its (a review, stop 37)
     elsewhere = project.runtime.device == "cuda" and not cuda
-    hardware = {"device": "cuda" if cuda or elsewhere else "cpu", "cpu_cores": os.cpu_count() or 1,
+    hardware = {"device": "cuda" if cuda or elsewhere else "cpu", "cpu_cores": usable_cores(),
                 "gpus": torch.cuda.device_count() if cuda else (1 if elsewhere else 0),
                 "train_samples_per_s": measured.get("train_samples_per_s") if measured and not elsewhere else None}
     model = {"name": project.base_model, "path": ctx.base_path if ctx is not None else None,

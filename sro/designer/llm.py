@@ -18,6 +18,7 @@ import json
 import math
 import os
 import re
+import threading
 import time
 from pathlib import Path
 from typing import Any, Literal
@@ -394,15 +395,46 @@ def _masked(url: str | None) -> str:
         return "<the designer.base_url>"
 
 
-def _create(client, model: str, messages: list[dict[str, str]], shape: dict[str, Any], attempts: int = 3):
-    """One chat completion; a 429 or a 5xx is asked again after 1 s, then 2 s (or the Retry-After the server
-    names, up to 30 s): those fell back to the rules at once (a review, stop 37). A timeout is not asked again:
-    `designer.timeout_s` is the wait the user chose."""
+class _Deadline(Exception):
+    """The endpoint's answer did not arrive whole within designer.timeout_s."""
+
+
+def _within(client, seconds: float, call):
+    """`call()` on a helper thread, waited for at most `seconds` in all. The client's own timeout is per read
+    (httpx), so an endpoint sending its answer a few bytes at a time held `sro design` for as long as it liked
+    (stop 37's note); on the deadline the client is closed, which ends the request."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+
+    worker = threading.Thread(target=run, name="sro-designer-request", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        client.close()
+        raise _Deadline
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def _create(client, model: str, messages: list[dict[str, str]], shape: dict[str, Any], attempts: int = 3,
+            timeout_s: float | None = None):
+    """One chat completion, its whole answer within `timeout_s` (None: the client's own per-read timeout); a
+    429 or a 5xx is asked again after 1 s, then 2 s (or the Retry-After the server names, up to 30 s): those
+    fell back to the rules at once (a review, stop 37). A timeout is not asked again: `designer.timeout_s` is
+    the wait the user chose."""
     import openai
 
     for attempt in range(attempts):
         try:
-            return client.chat.completions.create(model=model, messages=messages, **shape)
+            def call():
+                return client.chat.completions.create(model=model, messages=messages, **shape)
+            return call() if timeout_s is None else _within(client, timeout_s, call)
         except (openai.RateLimitError, openai.InternalServerError) as e:
             if attempt == attempts - 1:
                 raise
@@ -421,12 +453,12 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
     shape: dict[str, Any] = {"response_format": {"type": "json_object"}, "temperature": 0.2}
     try:
         try:
-            resp = _create(client, d.model or "default", messages, shape)
+            resp = _create(client, d.model or "default", messages, shape, timeout_s=d.timeout_s)
         except openai.BadRequestError as e:  # a server or model that takes no JSON mode or no temperature:
             if not any(k in str(e.message) for k in shape):  # ask once more without them (the prompt asks for JSON)
                 raise
-            resp = _create(client, d.model or "default", messages, {})
-    except openai.APITimeoutError:
+            resp = _create(client, d.model or "default", messages, {}, timeout_s=d.timeout_s)
+    except (openai.APITimeoutError, _Deadline):
         raise DesignerFailed(f"the endpoint {_masked(d.base_url)} did not answer within {d.timeout_s:g}s "
                              "(raise designer.timeout_s or check the server)") from None
     except openai.APIConnectionError as e:
