@@ -21,6 +21,7 @@ own pace so far (`saved_steps`, `saved_s` in its cost).
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -92,12 +93,16 @@ class Pruner:
 
     def checkpoints(self, steps: int) -> dict[int, float]:
         """Step → fraction, for the fractions that fall strictly inside a trial of `steps` steps; none
-        for a trial shorter than `min_steps` (its evaluations would cost more than pruning can save)."""
+        for a trial shorter than `min_steps` (its evaluations would cost more than pruning can save).
+
+        The step is the first at or past the fraction (`ceil`): a trial is never judged on less training
+        than the fraction it is compared at. With `round` (until stop 38) a 7-step trial was judged at step 2,
+        0.29 of its training, against results at 1/3, a bias towards pruning it."""
         out: dict[int, float] = {}
         if steps < self.min_steps:
             return out
         for f in self.fractions:
-            s = max(1, round(f * steps))
+            s = max(1, math.ceil(f * steps - 1e-9))  # 1/3 · 30 is 10.000000000000002
             if s < steps:
                 out.setdefault(s, f)
         return out

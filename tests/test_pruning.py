@@ -54,6 +54,9 @@ def test_checkpoints_and_earlier_results_by_fraction() -> None:
     assert p.checkpoints(30) == {10: 1 / 3, 20: 2 / 3}
     assert p.checkpoints(5) == {}  # shorter than min_steps
     assert Pruner(OBJ, fractions=(0.5,), min_steps=2).checkpoints(2) == {1: 0.5}
+    # never judged on less training than the fraction compared at (round put 1/3 of 7 steps at step 2: 0.29)
+    assert p.checkpoints(7) == {3: 1 / 3, 5: 2 / 3} and p.checkpoints(9) == {3: 1 / 3, 6: 2 / 3}
+    assert all(s / n >= f for n in range(6, 200) for s, f in p.checkpoints(n).items())
     from sro.ledger import TrialRecord
 
     recs = [TrialRecord(0, "complete", Recipe({"v": 0}), intermediate={"0.333": {"a/x": 0.1, "cost": 1.0}}),
