@@ -212,6 +212,10 @@ class Ledger:
         self._beats: dict[int, _Heartbeat] = {}
         self._closed: set[int] = set()
         """Trial ids whose outcome this worker recorded (a second outcome of one of them is ignored)."""
+        self._intermediate: dict[int, dict[str, dict[str, float]]] = {}
+        """Per trial id, the intermediate results this worker measured, also those the storage refused once
+        another worker had marked the trial interrupted: its late result keeps them (until stop 38 it kept
+        only those written before the mark)."""
         self.withdrawal = ""
         """Why the last `start` returned None."""
         self.changed: list[str] = []
@@ -486,6 +490,7 @@ class Ledger:
 
     def report_intermediate(self, trial: optuna.Trial, fraction: float, values: dict[str, float]) -> None:
         """Results measured at `fraction` of the trial's steps (benchmark subsets, cost so far)."""
+        self._intermediate.setdefault(trial._trial_id, {})[f"{fraction:.3f}"] = values
         try:
             inter = dict(_again(lambda: self.storage.get_trial(trial._trial_id)).user_attrs.get("intermediate", {}))
             inter[f"{fraction:.3f}"] = values
@@ -555,6 +560,7 @@ class Ledger:
         self._stop_heartbeat(trial)
 
     def _stop_heartbeat(self, trial: optuna.Trial) -> None:
+        self._intermediate.pop(trial._trial_id, None)  # the trial is closed: nothing more to keep for it
         beat = self._beats.pop(trial._trial_id, None)
         if beat is not None:
             beat.stop()
@@ -581,6 +587,8 @@ class Ledger:
                 raise
             if trial._trial_id not in self._closed:  # ended by another worker while this one trained on
                 kept = {k: v for k, v in old.user_attrs.items() if k not in ("message", "interrupted")}
+                if trial._trial_id in self._intermediate:  # those measured after the mark too
+                    kept["intermediate"] = {**kept.get("intermediate", {}), **self._intermediate[trial._trial_id]}
                 late = optuna.trial.create_trial(state=state, values=values, params=old.params,
                                                  distributions=old.distributions,
                                                  user_attrs={**kept, "late_of": old.number, **attrs})

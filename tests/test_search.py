@@ -488,6 +488,7 @@ def test_a_trial_without_heartbeats_is_rerun_and_its_late_result_kept(micro_proj
     assert [(r.number, r.state) for r in recs] == [(0, "complete"), (1, "interrupted"), (2, "complete")]
     assert recs[2].recipe.key == recipes[1].key and recs[2].scores == {"arithmetic/add": 0.25}
     assert b.study.trials[2].user_attrs["late_of"] == 1 and recs[2].late_of == 1
+    assert recs[2].intermediate == {"0.500": {"arithmetic/add": 0.2}}  # measured after the mark: kept (stop 38)
     # the late result's cost is its whole training: the interrupted record's 4 s are in it, not added
     assert b.spent().wall_s == 2.0 + 3.0 and b.spent().tokens == 0.0
 
