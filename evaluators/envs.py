@@ -123,6 +123,12 @@ class EpisodeResult:
     reason: str
     """won | lost | step limit | ended | env error: ..."""
 
+    @property
+    def crashed(self) -> bool:
+        """Whether the environment ended the episode by an exception (at reset or at a step): a failure of the
+        environment, not a play of the policy."""
+        return self.reason.startswith("env error")
+
 
 def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
     """success, score, steps and invalid-action rate over episodes."""

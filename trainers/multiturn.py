@@ -211,7 +211,7 @@ def evaluate_episodes(model, tok, task, n_games: int, max_new_tokens: int = 8, h
     eps = play_episodes(model, tok, envs, [str(g) for g in range(n_games)], greedy=True,
                         max_new_tokens=max_new_tokens, history=history, confidence=confidence)
     out = episode_metrics([e.result for e in eps])
-    errors = [f"game {e.game}: {e.result.reason}" for e in eps if e.result.reason.startswith("env error")]
+    errors = [f"game {e.game}: {e.result.reason}" for e in eps if e.result.crashed]
     out["env_errors"] = float(len(errors))
     if failures is not None:
         failures += errors
@@ -248,7 +248,7 @@ def step_validities(eps: Sequence[Episode], graph: ReferenceGraph) -> list[list[
 
 def crashed(e: Episode) -> bool:
     """Whether the environment ended `e` by an exception (at reset or at a step): a failure, not a play."""
-    return e.result is not None and e.result.reason.startswith("env error")
+    return e.result is not None and e.result.crashed
 
 
 def group_advantages(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTurnConfig) -> list[float]:
@@ -385,7 +385,7 @@ class MultiTurnTrainer:
             g["lr"] = self.schedule.lr(c.lr, self.step_count) * min(1.0, self.step_count / max(1, c.warmup_steps))
         eps = self.rollout()
         results = [e.result for e in eps]
-        self.failures += [r.reason for r in results if r.reason.startswith("env error")]
+        self.failures += [r.reason for r in results if r.crashed]
         rewards = torch.tensor([float(r.success) if cfg.reward == "success" else r.score for r in results])
         # the validities the credit uses, read once before this iteration is distilled into the graph
         validity = step_validities(eps, self.graph) if self.graph is not None else None
