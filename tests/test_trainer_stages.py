@@ -440,3 +440,188 @@ def test_held_out_answers_cut_off_at_the_completion_length_are_counted_and_noted
     assert lines[0] == "held-out episode scored as a failure: agent/coin game 1: env error: OSError: x"
     assert len(lines) == 2 and lines[1].startswith(f"a/b: {res.cut_off:.0%} of the held-out answers were cut off at "
                                                    "max_new_tokens=2") and "raise runtime.max_new_tokens" in lines[1]
+
+
+# ---------- the trainer's wiring of each term (a review, stop 38: each could be broken with every test passing) ----------
+
+class _Right(_Digit):
+    """Every completion is right: every group's advantage is 0."""
+
+    def score(self, item, text):
+        return 1.0
+
+
+class _RightMix(_Mix):
+    def sample(self, n):
+        return [(_Right(), it) for _, it in super().sample(n)]
+
+
+class _Spy:
+    """A registry (POLICY_LOSSES, AGGREGATIONS) whose entries record the arguments they are called with."""
+
+    def __init__(self, real):
+        self.real, self.calls = real, []
+
+    def __contains__(self, name):
+        return name in self.real
+
+    def names(self):
+        return self.real.names()
+
+    def get(self, name):
+        f = self.real.get(name)
+
+        def wrapped(*args, **kw):
+            self.calls.append((args, kw))
+            return f(*args, **kw)
+
+        return wrapped
+
+
+def _end_every_other_row_early(tr: GRPOTrainer) -> list[Rollouts]:
+    """An untrained tiny model never says <eos>: its batches are edited as if every other completion had
+    ended after its first token (padding after it, not truncated). Returns the batches trained on."""
+    real, seen = tr._next_batch, []
+
+    def edited():
+        b = real()
+        ro = b.ro
+        ended = torch.arange(ro.completion_mask.shape[0]) % 2 == 1
+        ro.completion_mask[ended, 1:] = 0
+        ro.truncated = ro.truncated & ~ended.to(ro.truncated.device)
+        seen.append(ro)
+        return b
+
+    tr._next_batch = edited
+    return seen
+
+
+def test_the_kl_term_pulls_the_policy_back_to_its_reference(tiny):
+    """β·k3 with every advantage 0: the only gradient is the KL's, and the exact KL(π‖π_ref) on a fixed batch
+    falls. (A KL term computed on detached log-probs trains nothing; every test passed with it.)"""
+    _, tok = tiny
+    cfg = config_for("grpo", {"lr": 0.1, "steps": 6, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
+                              "beta": 1.0, "warmup_steps": 1, "optimizer": "sgd", "grad_clip": 1e9})
+    tr = GRPOTrainer(_model(tiny), tok, cfg, _RightMix())
+    torch.manual_seed(1)
+    with torch.no_grad():  # the policy away from its reference (the start)
+        for p in tr.model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    prompts = [format_prompt(it.question, tok) for _, it in _Mix().sample(8)]
+    ro = generate(tr.model, tok, prompts, 2, max_new_tokens=3)
+    m = ro.completion_mask.float()
+
+    def exact_kl() -> float:
+        with torch.no_grad():
+            s = completion_log_dist(tr.model, ro.input_ids, ro.attention_mask, ro.prompt_len)
+            r = completion_log_dist(tr.ref, ro.input_ids, ro.attention_mask, ro.prompt_len)
+        return float(((s.exp() * (s - r)).sum(-1) * m).sum() / m.sum())
+
+    before = exact_kl()
+    history = tr.train()
+    assert before > 0.01 and all(h["kl"] > 0 for h in history)
+    assert exact_kl() < 0.8 * before
+
+
+def test_the_trainer_hands_the_loss_mu_and_pi_prox_in_their_places(tiny, monkeypatch):
+    """Staleness 1: the second step trains on rollouts of the weights before the first update. In its first
+    minibatch π_prox (the policy as the update begins) equals π_θ and μ does not; at padding both are π_θ's
+    own values. (μ and π_prox swapped, or μ left unmasked, passed every test before.)"""
+    import trainers.grpo as grpo
+
+    spy = _Spy(grpo.POLICY_LOSSES)
+    monkeypatch.setattr(grpo, "POLICY_LOSSES", spy)
+    _, tok = tiny
+    cfg = config_for("grpo", {"lr": 0.05, "steps": 2, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
+                              "staleness": 1, "minibatches": 2, "warmup_steps": 1})
+    torch.manual_seed(0)
+    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    _end_every_other_row_early(tr)
+    tr.step()
+    first = len(spy.calls)
+    assert first == 2  # one call per minibatch
+    tr.step()
+    x = spy.calls[first][0][0]
+    on, off = x.mask.bool(), ~x.mask.bool()
+    own = x.logp.detach()
+    assert torch.allclose(x.prox_logp[on], own[on], atol=1e-5)
+    assert (x.behav_logp[on] - own[on]).abs().max() > 1e-3
+    assert off.any() and torch.equal(x.behav_logp[off], own[off]) and torch.equal(x.prox_logp[off], own[off])
+
+
+def test_the_trainer_masks_truncated_rows_and_divides_by_the_generation_limit(tiny, monkeypatch):
+    """The aggregation gets the generation limit as its length (fixed_len's constant normalizer) and, under
+    `mask_truncated`, a mask that is 0 on every row the limit cut off. (Neither wiring was tested.)"""
+    import trainers.grpo as grpo
+
+    spy = _Spy(grpo.AGGREGATIONS)
+    monkeypatch.setattr(grpo, "AGGREGATIONS", spy)
+    _, tok = tiny
+    for mask_truncated in (False, True):
+        spy.calls.clear()
+        cfg = config_for("dr_grpo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 4,
+                                     "max_new_tokens": 3}, mask_truncated=mask_truncated)
+        torch.manual_seed(0)
+        tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+        seen = _end_every_other_row_early(tr)
+        tr.step()
+        assert spy.calls and all(kw["max_len"] == 3 for _, kw in spy.calls)
+        got = torch.cat([args[1] for args, _ in spy.calls]).sum(-1)  # the minibatches' rows, shuffled
+        ro = seen[0]
+        cut, lengths = ro.truncated.bool(), ro.completion_mask.float().sum(-1)
+        assert cut.any() and (~cut).any(), "the test needs truncated and ended rows"
+        want = torch.where(cut, torch.zeros_like(lengths), lengths) if mask_truncated else lengths
+        assert torch.equal(got.sort().values, want.sort().values)
+
+
+def test_no_trainable_token_leaves_the_weights_where_they_are(tiny):
+    """Every completion cut off at the limit under `mask_truncated`: nothing to train on. AdamW's weight decay
+    (and the momentum of earlier steps) moved the weights anyway (a review, stop 38)."""
+    _, tok = tiny
+    cfg = config_for("grpo", {"lr": 1e-2, "steps": 1, "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 1,
+                              "weight_decay": 0.1, "warmup_steps": 1}, mask_truncated=True)
+    torch.manual_seed(0)
+    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    tr.step()
+    assert all(torch.equal(p.detach(), q) for p, q in zip(tr.model.parameters(), before))
+
+
+def test_half_distillation_mixes_the_two_updates_half_and_half(tiny):
+    """w_d = 0.5 with plain SGD from one start on one batch: the update is the mean of the policy-gradient
+    update (w_d = 0) and the distillation update (w_d = 1). (Mixing without the (1 − w_d) weight passed every
+    test before: the only mixing test used w_d = 1.)"""
+    _, tok = tiny
+    moved = {}
+    for w, mix in ((0.0, _ParityMix), (0.5, _ParityMix), (1.0, _ParityMix), (1.0, _RightMix)):
+        extra = {"distill.weight": w, "distill.teacher": "frozen", "distill.context": "answer"} if w else {}
+        cfg = config_for("grpo", {"lr": 0.1, "steps": 1, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
+                                  "warmup_steps": 1, "optimizer": "sgd", "grad_clip": 1e9, **extra})
+        model = _model(tiny, seed=5)
+        start = [p.detach().clone() for p in model.parameters()]
+        torch.manual_seed(7)
+        tr = GRPOTrainer(model, tok, cfg, mix())
+        tr.step()
+        moved[w, mix] = [p.detach() - q for p, q in zip(tr.model.parameters(), start)]
+    pol, half, dis = moved[0.0, _ParityMix], moved[0.5, _ParityMix], moved[1.0, _ParityMix]
+    assert any(float(d.abs().max()) > 1e-6 for d in pol) and any(float(d.abs().max()) > 1e-6 for d in dis)
+    # w_d = 1 is the distillation alone: the same update where every advantage is 0 (same rollouts, same teacher)
+    assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(dis, moved[1.0, _RightMix]))
+    assert all(torch.allclose(h, 0.5 * (a + b), atol=1e-6) for h, a, b in zip(half, pol, dis))
+
+
+def test_sft_labels_are_the_answer_and_its_eos_only(tiny):
+    """supervised_batch by hand: -100 under the prompt and the padding, the answer's ids, then <eos>."""
+    from trainers.sft import supervised_batch
+
+    _, tok = tiny
+    pairs = [("add 1 2", "3"), ("add 4 4", "8 8")]
+    ids, mask, lab = supervised_batch(tok, pairs)
+    for row, (q, a) in enumerate(pairs):
+        p = tok(format_prompt(q, tok), add_special_tokens=False)["input_ids"]
+        c = tok(a, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        n = len(p) + len(c)
+        assert lab[row, :len(p)].tolist() == [-100] * len(p) and lab[row, len(p):n].tolist() == c
+        assert ids[row, :n].tolist() == p + c and mask[row].tolist() == [1] * n + [0] * (ids.shape[1] - n)
+        assert lab[row, n:].tolist() == [-100] * (ids.shape[1] - n)
+    assert mask[0].sum() < mask[1].sum()  # the first row is padded

@@ -370,7 +370,10 @@ class GRPOTrainer:
                 else:
                     loss.backward()
                 gn = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip)
-                if torch.isfinite(gn):  # a non-finite gradient would poison the weights; the clock reports it
+                # a non-finite gradient would poison the weights (the clock reports it); a minibatch with no
+                # trainable token (every row truncated under `mask_truncated`) has no signal, and AdamW's
+                # momentum and weight decay moved the weights anyway (a review, stop 38)
+                if torch.isfinite(gn) and (float(m.sum()) > 0 or (dm is not None and float(dm.sum()) > 0)):
                     self.opt.step()
                 if self.prox_model is not None:
                     ema_update(self.prox_model, self.model, cfg.prox.ewma_decay)
