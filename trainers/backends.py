@@ -10,6 +10,8 @@ returns `Rollouts`, and `sync(model)` hands the trainer's current weights to the
 from __future__ import annotations
 
 import importlib.util
+import os
+import socket
 import tempfile
 from collections.abc import Sequence
 
@@ -80,6 +82,22 @@ def rollouts_from_ids(prompt_ids: Sequence[Sequence[int]], completions: Sequence
     return Rollouts(input_ids, t(att), completion_mask, t(trunc, torch.bool), L, texts)
 
 
+def launcher_env() -> dict[str, str]:
+    """The torchrun variables vLLM's `external_launcher` executor reads (RANK, LOCAL_RANK, WORLD_SIZE and
+    env://'s MASTER_ADDR / MASTER_PORT) and its in-process engine (VLLM_ENABLE_V1_MULTIPROCESSING=0), set
+    for a single process where a launcher did not set them; a launcher's own values are kept. Without them
+    a plain `sro search` failed in `vllm.LLM` with KeyError: 'RANK' (a review, stop 38). Returns what it set."""
+    wanted = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+              "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:  # a free port for env://'s rendezvous
+            s.bind(("127.0.0.1", 0))
+            wanted["MASTER_PORT"] = str(s.getsockname()[1])
+    added = {k: v for k, v in wanted.items() if k not in os.environ}
+    os.environ.update(added)
+    return added
+
+
 @ROLLOUT_BACKENDS.register("vllm")
 class VLLMBackend:
     """A colocated vLLM engine (GPU only). The policy is saved once to start the engine; after that
@@ -98,6 +116,7 @@ class VLLMBackend:
         self._dir = tempfile.TemporaryDirectory(prefix="sro-vllm-")
         model.save_pretrained(self._dir.name)
         tokenizer.save_pretrained(self._dir.name)
+        launcher_env()  # one engine in this process: external_launcher reads torchrun's variables
         self.llm = vllm.LLM(model=self._dir.name, dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization,
                             seed=seed, distributed_executor_backend="external_launcher", enforce_eager=True)
         self._vllm = vllm
