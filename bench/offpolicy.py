@@ -9,6 +9,7 @@ Run from the repo root after `make setup`:  .venv/bin/python bench/offpolicy.py
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -47,7 +48,8 @@ def main() -> int:
             out = run_trial(Recipe({**RECIPE, "algorithm": name, "seed": seed}), ctx)
             runs.append(out.scores)
             collapsed += "collapsed_at_samples" in out.metrics
-            stale.append(out.curve[-1]["stale_kl"])
+            # a step that failed on non-finite values records no stale_kl (a collapse, counted above)
+            stale.append(next((c["stale_kl"] for c in reversed(out.curve) if "stale_kl" in c), math.nan))
         med = {k: statistics.median(r[k] for r in runs) for k in keys}
         mean = statistics.median(sum(r[k] for k in keys) / len(keys) for r in runs)
         result[name] = (mean, collapsed)

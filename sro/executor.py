@@ -479,7 +479,9 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
     except ValueError as e:
         raise TrialFailed(f"recipe {recipe.key}: {e}") from None
     banded = needs_pass_rates({**recipe.fixed, **recipe.values})  # a difficulty band: the rated items, repeated
-    mixture = Mixture(ctx.tasks, recipe.mixture(list(project.domains)), seed=project.seed,
+    # the trainer's seed (the recipe's `seed`, else the project's) orders the data too, as it picks an agent's
+    # games: until stop 38 the project's alone did, so recipes of other seeds trained on the same prompts
+    mixture = Mixture(ctx.tasks, recipe.mixture(list(project.domains)), seed=cfg.seed,
                       exclude_questions=ctx.exclude, keep=keep, source_weights=source_weights(recipe, ctx.tasks),
                       period=RATED_ITEMS if banded else None)
     values = {**recipe.fixed, **recipe.values}

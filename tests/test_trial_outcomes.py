@@ -584,3 +584,28 @@ def test_a_resume_that_spells_the_runs_folder_otherwise_keeps_the_base_models_sc
     run_search(project, Budget.parse("1trials"), Path("runs"), "random", Console(quiet=True))
     run_search(project, Budget.parse("2trials"), tmp_path / "runs", "random", Console(quiet=True))
     assert len(scored) == 1, scored
+
+
+def test_a_recipes_seed_orders_its_data_too(micro_project, tmp_path, monkeypatch):
+    """The recipe's `seed` seeds the mixture as well as the sampling (an agent's game picks already followed
+    it): until stop 38 every seed of a bench trained on the project seed's prompts, in the same order. No
+    `seed` in the recipe: the project's, as before."""
+    import sro.executor as ex
+    from sro.recipe import Recipe
+
+    ctx = ex.SearchContext.prepare(load_project(micro_project("seeds")), tmp_path / "cache", log=lambda s: None)
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def mixture(*args, seed, **kw):
+        seen.append(seed)
+        raise Stop
+
+    monkeypatch.setattr(ex, "Mixture", mixture)
+    base = {"lr": 1e-3, "steps": 2, "group_size": 4, "prompts_per_step": 4}
+    for values in (base, {**base, "seed": 3}, {**base, "seed": 4}):
+        with pytest.raises(Stop):
+            ex.run_trial(Recipe(values, {"algorithm": "grpo", "max_new_tokens": 4}), ctx)
+    assert seen == [ctx.project.seed, 3, 4]
