@@ -12,7 +12,7 @@ import time
 import traceback
 from collections import Counter
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -281,13 +281,17 @@ SHARED_CHECK_S = 10.0
 """How often a training trial records its cost so far and re-reads the study's (`_budget_spent`)."""
 
 
-def _budget_spent(ledger: Ledger, budget: Budget, every: float | None = None) -> Callable[[], str | None]:
+def _budget_spent(ledger: Ledger, budget: Budget, every: float | None = None, score_s: float = 0.0,
+                  on_gpu: bool = False) -> Callable[[], str | None]:
     """For a wall-time, GPU-hour or token budget: a check, run after each training step, that gives the
     reason once the study's finished trials and its running ones (this trial's included) fill the
     budget. A trial's own `max_seconds` is fixed when it starts; with other workers training at the
     same time the budget runs out sooner, and each of them stops here instead of overshooting by a
-    trial (and a lone worker's trial stops where a GPU-hour or token budget runs out). Reads the
-    storage at most every `every` seconds (default `SHARED_CHECK_S`)."""
+    trial (and a lone worker's trial stops where a GPU-hour or token budget runs out). Every running trial
+    still scores on the held-out benchmarks after it stops: `score_s` seconds each (GPU-hours too `on_gpu`)
+    are counted as spent already, as a lone trial's own time limit leaves room for its scoring (until stop 38
+    they were not, and two workers overspent a 180 s budget by half). Reads the storage at most every `every`
+    seconds (default `SHARED_CHECK_S`)."""
     if all(getattr(budget, c) is None for c in COSTS):
         return lambda: None
     every = SHARED_CHECK_S if every is None else every
@@ -299,10 +303,14 @@ def _budget_spent(ledger: Ledger, budget: Budget, every: float | None = None) ->
             return None
         last = time.monotonic()
         try:
-            return budget.over_cost(ledger.spent())
+            now = ledger.spent()
         except STORAGE_BUSY as e:  # read again at the next check; the trial goes on
             _log.warning("budget check skipped, storage busy: %s", e)
             return None
+        held = max(1, now.running) * score_s  # this trial is running, whatever the last read says
+        why = budget.over_cost(replace(now, running_wall_s=now.running_wall_s + held,
+                                       running_gpu_h=now.running_gpu_h + (held / 3600 if on_gpu else 0.0)))
+        return f"{why}, {held:.0f}s of it the running trials' held-out scoring" if why and held >= 0.5 else why
 
     return spent
 
@@ -320,8 +328,8 @@ def _train_and_record(trial: optuna.Trial, recipe: Recipe, ctx: SearchContext, l
         step_task = progress.add_task(f"trial {trial.number}", total=steps, info="")
         curve: list[dict[str, float]] = []
 
-        budget_spent, stop = _budget_spent(ledger, budget), ""
         on_gpu = pick_device(ctx.project.runtime.device).type == "cuda"  # the device the trainer uses
+        budget_spent, stop = _budget_spent(ledger, budget, score_s=ctx.score_s, on_gpu=on_gpu), ""
         t_start = last_write = time.monotonic()
 
         def cost_so_far() -> dict[str, float]:

@@ -670,6 +670,13 @@ def test_a_cost_budget_counts_what_running_trials_have_used(micro_project, tmp_p
     assert _budget_spent(ledger, Budget.parse("200s"), every=0)() is None
     assert _budget_spent(ledger, Budget.parse("5trials"), every=0)() is None  # no cost to watch
     assert "training tokens" in _budget_spent(ledger, Budget.parse("1300tok"), every=0)()
+    # each running trial still scores after it stops: 2 × 10 s of scoring are spent already (stop 38: two
+    # workers overspent a 180 s budget by half)
+    assert _budget_spent(ledger, Budget.parse("100s"), every=0)() is None  # 30 + 50 + 10 < 100
+    assert "20s of it the running trials' held-out scoring" in _budget_spent(ledger, Budget.parse("100s"), every=0,
+                                                                            score_s=10.0)()
+    assert _budget_spent(ledger, Budget.parse("120s"), every=0, score_s=10.0)() is None  # 110 < 120
+    assert "GPU-hours" in _budget_spent(ledger, Budget.parse("0.76gpu-h"), every=0, score_s=36.0, on_gpu=True)()
     later = _budget_spent(ledger, Budget.parse("85s"), every=60)
     assert later() is None  # the storage is read at most once a minute here
     for t in (theirs, mine):
