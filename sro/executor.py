@@ -15,7 +15,7 @@ import torch
 from evaluators.benchmark import Benchmark
 from evaluators.sources import Item, Task, derive_seed, make_task, normalize
 from sro.config import CONFIDENCE_METRICS, EPISODE_METRICS, ConfigError, ProjectConfig
-from sro.recipe import MIX_PREFIX, Recipe
+from sro.recipe import MIX_PREFIX, SOURCE_PREFIX, Recipe
 from trainers.evaluate import evaluate
 from trainers.algorithms import STAGES, RecipeValueError, config_for, sft_config_for
 from trainers.grpo import GRPOConfig, GRPOTrainer
@@ -28,7 +28,6 @@ from trainers.threads import usable_cores
 from trainers.tiny import TinySpec, ensure_tiny, tiny_cached, tiny_folder
 
 PRETRAIN_PAIRS = 4000
-SOURCE_PREFIX = "src."
 """Recipe values `src.<domain>.<i>` weight the sources within a domain (a simplex per domain)."""
 OVERLAP_PROBE = 2000
 

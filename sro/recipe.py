@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MIX_PREFIX = "mix."
+SOURCE_PREFIX = "src."
+"""`src.<domain>.<i>`: the weight of a domain's i-th source within the domain."""
 
 
 def _canon(v: Any) -> Any:
@@ -33,8 +35,20 @@ class Recipe:
         """A short content hash of the settings that train (values and fixed merged): two trials with
         the same key ran the same recipe, also across a redesign that moved a searched parameter into
         `fixed` at the value an earlier trial had."""
-        blob = json.dumps(_canon({**self.fixed, **self.values}), sort_keys=True, default=str)
+        blob = json.dumps(_canon(self.trained()), sort_keys=True, default=str)
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+    def trained(self) -> dict[str, Any]:
+        """Values and fixed merged, less the settings nothing reads: the source weights of a domain whose
+        mixture weight is 0 (it draws no prompt). Until stop 38 they were part of the key, and a search
+        trained one recipe five times over, differing only there (found by a review)."""
+        merged = {**self.fixed, **self.values}
+        off = {k[len(MIX_PREFIX):] for k, v in merged.items()
+               if k.startswith(MIX_PREFIX) and isinstance(v, (int, float)) and not isinstance(v, bool) and v == 0}
+        if not off:
+            return merged
+        return {k: v for k, v in merged.items()
+                if not (k.startswith(SOURCE_PREFIX) and k[len(SOURCE_PREFIX):].rsplit(".", 1)[0] in off)}
 
     def get(self, name: str, default: Any = None) -> Any:
         if name in self.values:

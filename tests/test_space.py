@@ -196,6 +196,23 @@ def test_a_recipe_key_is_the_settings_that_train():
     assert SobolProposer(v2, seed=0).propose(ran, 3) == []  # every recipe of v2 has run (it proposed all 3 before)
 
 
+def test_source_weights_of_a_domain_with_mixture_weight_zero_are_not_part_of_the_recipe():
+    """mix.a = 0: domain a draws no prompt, so its source weights train nothing. A search trained one recipe five
+    times over, differing only there (a review, stop 38); they are now one recipe. A weight above 0 still counts,
+    and another domain's source weights, or a.b's under a domain named a.b, are untouched."""
+    def r(mix_a, s0, s1, b0=0.5, **extra):
+        return Recipe({"mix.a": mix_a, "mix.b": 1 - mix_a, "src.a.0": s0, "src.a.1": s1, "src.b.0": b0,
+                       "src.b.1": 1 - b0, "lr": 1e-3, **extra})
+
+    assert r(0.0, 0.2, 0.8).key == r(0.0, 0.7, 0.3).key == r(0.0, 1.0, 0.0).key
+    assert r(0.04, 0.2, 0.8).key != r(0.04, 0.7, 0.3).key
+    assert r(0.0, 0.2, 0.8, b0=0.1).key != r(0.0, 0.2, 0.8).key
+    assert r(0.0, 0.2, 0.8, lr=2e-3).key != r(0.0, 0.2, 0.8).key
+    assert "src.a.0" not in r(0.0, 0.2, 0.8).trained() and "src.b.0" in r(0.0, 0.2, 0.8).trained()
+    dotted = Recipe({"mix.a": 0.0, "mix.a.b": 1.0, "src.a.b.0": 0.3, "src.a.b.1": 0.7})
+    assert dotted.key != Recipe({"mix.a": 0.0, "mix.a.b": 1.0, "src.a.b.0": 0.6, "src.a.b.1": 0.4}).key
+
+
 def test_yaml_bounds_written_without_a_dot_are_numbers():
     """PyYAML reads `1e-5` as text; the space takes the number it spells (before: a crash in sampling,
     or a wrong 'needs low <= high' error)."""
