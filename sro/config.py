@@ -488,18 +488,27 @@ EXPORT_HOW = "write one with `sro export RUN --trial N --out FILE`"
 def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str, Any]:
     """A recipe YAML as `sro export` writes it, parsed: a mapping with `project:` and `recipe:` (a mapping
     with `values:` and `fixed:`). Raises `ConfigError` starting with `where` and ending with `how`."""
+    if path.is_dir():
+        raise ConfigError(f"{where}: is a folder, not a recipe file; {how}")
     if not path.is_file():
         raise ConfigError(f"{where}: no such file; {how}")
     try:
         doc = yaml_strict.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"{where}: malformed YAML ({str(e).splitlines()[0]}); fix the syntax") from None
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError(f"{where}: malformed YAML{at} ({str(e).splitlines()[0]}); fix the syntax") from None
     if not isinstance(doc, dict) or "project" not in doc or "recipe" not in doc:
         raise ConfigError(f"{where}: not a recipe file (it needs `project:` and `recipe:`); {how}")
     if not isinstance(doc["recipe"], dict) or any(not isinstance(doc["recipe"].get(k) or {}, dict)
                                                   for k in ("values", "fixed")):  # a list under fixed: was a traceback
         raise ConfigError(f"{where}: recipe: must be a mapping with `values:` (and `fixed:`), each a mapping, "
                           "as `sro export` writes it")
+    extra = sorted(str(k) for k in set(doc["recipe"]) - {"values", "fixed"})
+    if extra:  # `fixd:` was ignored, and every fixed setting of the trial fell back to the defaults (stop 38)
+        near = difflib.get_close_matches(extra[0], ["values", "fixed"], n=1)
+        raise ConfigError(f"{where}: recipe: unknown key {extra[0]!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                          + "; a recipe takes only `values:` and `fixed:`")
     return doc
 
 

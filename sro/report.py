@@ -69,9 +69,13 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
 
     records = ledger.records()
     hv = ledger.get("hypervolume", {})
-    if sorted(hv.get("trials", [])) != sorted(r.number for r in records if r.state == "complete"):
-        # a kill after a trial's result left the stored history a trial short: computed from the trials (only
-        # then: it loads torch, which these commands otherwise never do)
+    objectives = [list(o) for o in project.objective_directions()]
+    stated = {k: float(v) for k, v in (project.reference_point or {}).items()}
+    if (sorted(hv.get("trials", [])) != sorted(r.number for r in records if r.state == "complete")
+            or hv.get("objectives") != objectives or hv.get("stated") != stated):
+        # a kill after a trial's result left the stored history a trial short, or the project's objectives or
+        # reference_point changed since (it was shown computed at the old one, a review at stop 38): computed
+        # from the trials (only then: it loads torch, which these commands otherwise never do)
         from sro.optimizer.hypervolume import hypervolume_history
 
         hv = hypervolume_history(records, project.objective_directions(), project.reference_point)

@@ -252,13 +252,17 @@ def crashed(records: list[TrialRecord]) -> dict[str, int]:
     return {k: n for k, n in counts.items() if n >= MAX_CRASHES}
 
 
-def _retry(records: list[TrialRecord], space: RecipeSpace) -> Recipe | None:
+def _retry(records: list[TrialRecord], space: RecipeSpace, left_s: float | None = None) -> Recipe | None:
     """The oldest recipe to run again before proposing: one whose worker died mid-trial (`interrupted`)
     or whose training the budget cut short (`stopped`), unless the study has finished or is running the
     same recipe (another worker took it up), the search space has since been redesigned without it, or it
-    has crashed its process `MAX_CRASHES` times."""
+    has crashed its process `MAX_CRASHES` times. A `stopped` one waits while the wall time left (`left_s`) is
+    no longer than the time it had: run again at once, it was cut shorter still (a review, stop 38: a recipe
+    stopped at step 13 of 31 ran again in the budget's last seconds, and stopped at step 5)."""
     taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
     taken |= set(crashed(records))
+    if left_s is not None:
+        taken |= {r.recipe.key for r in records if r.state == "stopped" and r.cost.get("wall_s", 0.0) >= left_s}
     # as this space holds it (`in_space`: same key), so a setting an earlier version fixed and this one
     # searches is among its values (claiming the raw recipe raised KeyError on every resume)
     return next((r.recipe for r in in_space(space, [r for r in records if r.state in ("interrupted", "stopped")])
@@ -549,6 +553,12 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             records = ledger.records()
             spent = ledger.spent(records)
             reason = budget.exhausted(spent)
+            left = budget.remaining_wall_s(spent)
+            if reason is None and left is not None and 0 < ctx.score_s and left < ctx.score_s:
+                # a trial started now could not even score its model (it trained a few steps in the budget's
+                # last seconds and was recorded as stopped; a review, stop 38)
+                reason = (f"{left:.0f}s of the wall-clock budget left, less than a trial's held-out scoring "
+                          f"({ctx.score_s:.0f}s)")
             progress.update(bar, completed=budget.fraction_used(spent),
                             info=f"{spent.trials} trials, {spent.total('wall_s'):.0f}s of budget {budget}")
             if reason and spent.running and budget.exhausted(spent.finished_only()) is None:
@@ -561,14 +571,16 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 time.sleep(min(5.0, ledger.heartbeat_s))
                 continue
             waiting = False
-            if reason:
+            if reason:  # said: a set-up that used the whole budget ended with 0 trials, exit 0, no word (stop 38)
+                progress.console.print(f"budget {budget} spent ({escape(reason)}); rerun with a larger --budget to "
+                                       "search further (finished trials are kept)")
                 break
             for key, n in crashed(records).items():
                 if key not in given_up:
                     given_up.add(key)
                     progress.console.print(f"[yellow]recipe {key} was interrupted {n} times by its process ending "
                                            "(out of memory? a crash?); it is not run again[/]")
-            recipe: Recipe | None = _retry(records, space)
+            recipe: Recipe | None = _retry(records, space, budget.remaining_wall_s(spent))
             if recipe is None and (recipe := next_start(starts, {r.recipe.key for r in records})) is not None:
                 progress.console.print(f"start recipe {starts.index(recipe) + 1} of {len(starts)} "
                                        "(the project's start_recipes)")

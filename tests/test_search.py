@@ -68,6 +68,7 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     assert "using the search space in" in r.stdout  # the edited space is used, and said so
     assert "base model held-out" in r.stdout
+    assert "budget 2trials spent (2/2 trials done); rerun with a larger --budget" in " ".join(r.stdout.split())
     first = _trials(runs / "micro")
     assert [t["state"] for t in first] == ["complete", "complete"]
     for t in first:
@@ -1097,6 +1098,23 @@ def test_the_reports_hypervolume_note_names_a_stated_reference_point(micro_proje
     assert "the project's reference_point for arithmetic/add, 10% of the range below the worst observed " \
            "value for the others" in page
     assert "maximization frame (cost negated)" in page  # every minimized objective named (was: always "cost")
+
+
+def test_the_report_recomputes_the_hypervolume_when_the_reference_point_changed(micro_project, tmp_path):
+    """A rerun with a new `reference_point` (the budget spent: it rewrites project.yaml and the report) showed
+    the history computed at the old point under a note naming the new one (a review, stop 38)."""
+    from sro.report import _load
+
+    project = load_project(micro_project("hvref"))
+    run_dir = tmp_path / "runs" / "hvref"
+    _run_with_one_trial(project, run_dir)
+    before = _load(run_dir)[2]["hypervolume"]
+    assert before["stated"] == {} and before["ref_point"][-1] != -10.0
+    moved = load_project(micro_project("hvref", "reference_point: {cost: 10}\n"))
+    (run_dir / "project.yaml").write_text(yaml.safe_dump(moved.portable_dump(), sort_keys=False))
+    after = _load(run_dir)[2]["hypervolume"]
+    assert after["stated"] == {"cost": 10.0} and after["ref_point"][-1] == -10.0  # cost negated: maximization frame
+    assert after["hypervolume"] != before["hypervolume"]
 
 
 def test_read_commands_never_make_a_study_and_the_report_recomputes_the_hypervolume(micro_project, tmp_path):

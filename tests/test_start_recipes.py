@@ -92,10 +92,18 @@ def test_the_project_reads_recipe_files_into_their_values(micro_project, tmp_pat
     ("{values: {lr: 0.1}, scores: {a: 1}}", "take no other key and `fixed:` is a mapping (got ['scores'])"),
     ("listfixed.yaml", "start_recipes[0]: listfixed.yaml: recipe: must be a mapping with `values:` (and `fixed:`), "
                        "each a mapping"),  # a list under fixed: was a TypeError traceback (review, stop 30)
+    # `fixd:` was ignored and every fixed setting fell back to the defaults (a review, stop 38)
+    ("typo.yaml", "start_recipes[0]: typo.yaml: recipe: unknown key 'fixd' (did you mean 'fixed'?); a recipe takes "
+                  "only `values:` and `fixed:`"),
+    ("folder", "start_recipes[0]: folder: is a folder, not a recipe file"),
+    ("broken.yaml", "start_recipes[0]: broken.yaml: malformed YAML at line 2, column 1"),
 ])
 def test_a_bad_start_recipe_entry_is_a_config_error(micro_project, tmp_path, entry, needle):
     (tmp_path / "plain.yaml").write_text("name: not-a-recipe\n")
     (tmp_path / "listfixed.yaml").write_text("project: {name: x}\nrecipe: {values: {lr: 0.0001}, fixed: [1, 2]}\n")
+    (tmp_path / "typo.yaml").write_text("project: {name: x}\nrecipe: {values: {lr: 0.0001}, fixd: {beta: 0.1}}\n")
+    (tmp_path / "folder").mkdir(exist_ok=True)
+    (tmp_path / "broken.yaml").write_text("project: {name: x\n")
     path = micro_project(extra=f"start_recipes:\n  - {entry}\n")
     with pytest.raises(ConfigError) as e:
         load_project(path)

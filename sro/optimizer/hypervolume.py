@@ -112,11 +112,14 @@ def outcomes(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str
 def hypervolume_history(records: Sequence[TrialRecord], objectives: Sequence[tuple[str, str]],
                         ref_point: Mapping[str, float] | None = None) -> dict:
     """The study's hypervolume after each complete trial: {"trials": [number, …], "hypervolume": […],
-    "ref_point": […] (maximization frame), "objectives": [[key, direction], …]}. Empty lists when no
-    trial is complete. `ref_point`: the project's reference point (`study_reference_point`)."""
+    "ref_point": […] (maximization frame), "objectives": [[key, direction], …], "stated": the project's
+    reference point it was computed with}. Empty lists when no trial is complete. `ref_point`: the project's
+    reference point (`study_reference_point`)."""
+    stated = {k: float(v) for k, v in (ref_point or {}).items()}
     nums, Y = outcomes(records, objectives)
     if not nums:
-        return {"trials": [], "hypervolume": [], "ref_point": [], "objectives": [list(o) for o in objectives]}
+        return {"trials": [], "hypervolume": [], "ref_point": [], "objectives": [list(o) for o in objectives],
+                "stated": stated}
     ref = study_reference_point(Y, objectives, ref_point)
     return {"trials": nums, "hypervolume": [round(v, 10) for v in hypervolume_curve(Y, ref)],
-            "ref_point": ref.tolist(), "objectives": [list(o) for o in objectives]}
+            "ref_point": ref.tolist(), "objectives": [list(o) for o in objectives], "stated": stated}
