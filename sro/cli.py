@@ -224,18 +224,24 @@ def _show_table(run_dir: Path) -> None:
     data, records, info = _load(run_dir)
     base = info["base_scores"]
     keys = [k for o in data["objectives"] for k in o if k != "cost"]
+    # a benchmark that is no objective still decides "beats the base model" (green): shown too, marked (until
+    # stop 38 a hidden one made a cheaper, better-looking trial not green, and nothing on screen said why)
+    others = [k for k in base if k not in keys]
     front = front_numbers(records, [next(iter(o.items())) for o in data["objectives"]])
     t = Table(title=f"{data['name']}: {len(records)} trials")
-    for h in ["trial", "state", *keys, "cost s", "front"]:
+    for h in ["trial", "state", *keys, *(f"{k} (no objective)" for k in others), "cost s", "front", "beats base"]:
         t.add_column(h, justify="right")
     if base:
-        t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys], "", "", style="bold red")
+        t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys + others], "", "", "", style="bold")
     for r in records:
         state = f"running on {r.worker}" if r.state == "running" else r.state  # which worker, with several
-        t.add_row(str(r.number), state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys],
-                  f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "",
-                  style="green" if r.beats(base, info["lower"]) else None)
+        beats = r.beats(base, info["lower"])
+        t.add_row(str(r.number), state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys + others],
+                  f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "", "✔" if beats else "",
+                  style="green" if beats else None)
     console.print(t)
+    if not records:
+        console.print("no trial yet: `sro search` on the project runs them", highlight=False)
     failed = [r for r in records if r.state == "failed"]
     for r in failed[:5]:  # why, in one line each (it was in the report only)
         console.print(f"trial {r.number} failed: {(r.message or 'no message').splitlines()[0][:160]}",
@@ -259,7 +265,7 @@ def _show_table(run_dir: Path) -> None:
 
 @app.command()
 def show(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None:
-    """Print RUN_DIR's trials as a table (green: beats the base model on every benchmark; *: on the Pareto front)."""
+    """Print RUN_DIR's trials as a table (green, ✔: beats the base model on every benchmark; *: on the Pareto front)."""
     try:
         _show_table(run_dir)
     except _user_errors() as e:

@@ -1563,3 +1563,30 @@ def test_a_space_edited_under_a_study_records_the_next_trials(micro_project, tmp
     trials = ledger.study.get_trials()
     assert "algorithm" not in trials[1].params and trials[1].params["lr"] == 0.002  # under the old log scale
     assert trials[2].params["algorithm"] == "grpo" and trials[2].distributions["lr"].log
+
+
+def test_show_prints_every_benchmark_the_green_mark_reads(monkeypatch):
+    """Objectives arithmetic and cost, a second benchmark scored but not an objective: trial 0 (better on the
+    objective, cheaper) is not green because of the hidden benchmark, and nothing on screen said why (a review,
+    stop 38). The benchmark is shown, marked, and a ✔ column says the same as the colour."""
+    import sro.report as report
+    from sro.budget import Spent
+    from sro.ledger import TrialRecord
+
+    base = {"arithmetic/h": 0.035, "multiplication/h": 0.09}
+    records = [TrialRecord(0, "complete", Recipe({"lr": 1e-3}), scores={"arithmetic/h": 0.3, "multiplication/h": 0.05},
+                           cost={"wall_s": 10.0}),
+               TrialRecord(1, "complete", Recipe({"lr": 2e-3}), scores={"arithmetic/h": 0.2, "multiplication/h": 0.5},
+                           cost={"wall_s": 20.0})]
+    data = {"name": "two", "objectives": [{"arithmetic/h": "max"}, {"cost": "min"}]}
+    info = {"base_scores": base, "spent": Spent(), "overlap": {}, "lower": [], "hypervolume": {}}
+    monkeypatch.setattr(report, "_load", lambda run_dir: (data, records, info))
+    r = CliRunner().invoke(app, ["show", "anywhere"], env={"COLUMNS": "200"})
+    assert r.exit_code == 0, r.output
+    lines = [" ".join(line.replace("│", " ").split()) for line in r.output.splitlines()]
+    assert any("multiplication/h (no objective)" in line for line in lines)
+    row = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in ("base", "0", "1")}
+    assert row["0"] == "0 complete 0.300 0.050 10 *" and row["1"] == "1 complete 0.200 0.500 20 ✔"
+    assert row["base"] == "base 0.035 0.090"
+    monkeypatch.setattr(report, "_load", lambda run_dir: (data, [], info))
+    assert "no trial yet" in CliRunner().invoke(app, ["show", "anywhere"], env={"COLUMNS": "200"}).output
