@@ -97,7 +97,7 @@ def _user_errors():
 
 @app.command()
 def search(
-    project: Annotated[Path, typer.Argument(help="project YAML (see search_spaces/quickstart.yaml)")],
+    project: Annotated[Path, typer.Argument(metavar="PROJECT", help="project YAML (see search_spaces/quickstart.yaml)")],
     budget: Annotated[Optional[str], typer.Option(help="total for the study: 10m, 2h, 6trials, 8gpu-h, 5Mtok; "
                                                      "default: the project's `budget`")] = None,
     optimizer: Annotated[str, typer.Option(help="proposer of recipes: botorch (multi-objective BO, qLogNEHVI "
@@ -156,7 +156,7 @@ def search(
 
 @app.command()
 def design(
-    project: Annotated[Path, typer.Argument(help="project YAML (see search_spaces/quickstart.yaml)")],
+    project: Annotated[Path, typer.Argument(metavar="PROJECT", help="project YAML (see search_spaces/quickstart.yaml)")],
     budget: Annotated[Optional[str], typer.Option(help="the budget the space is sized for; default: the "
                                                      "project's `budget`")] = None,
     runs: Annotated[Path, typer.Option(help="folder that holds the run folders (<name>/) and the model "
@@ -204,8 +204,9 @@ def design(
 
 
 @app.command()
-def report(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None:
-    """Write RUN_DIR/report.html: Pareto front, learning curves, trial table (opens offline)."""
+def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs/<name>")]) -> None:
+    """Write RUN_DIR/report.html (Pareto front, hypervolume, learning curves, trial table; opens offline) and
+    RUN_DIR/trials.json (every trial, from the study)."""
     from sro.report import write_report
 
     try:
@@ -264,7 +265,7 @@ def _show_table(run_dir: Path) -> None:
 
 
 @app.command()
-def show(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None:
+def show(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs/<name>")]) -> None:
     """Print RUN_DIR's trials as a table (green, ✔: beats the base model on every benchmark; *: on the Pareto front)."""
     try:
         _show_table(run_dir)
@@ -274,7 +275,7 @@ def show(run_dir: Annotated[Path, typer.Argument(help="runs/<name>")]) -> None:
 
 @app.command()
 def export(
-    run_dir: Annotated[Path, typer.Argument(help="runs/<name>")],
+    run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs/<name>")],
     trial: Annotated[int, typer.Option(help="trial number")],
     out: Annotated[Optional[Path], typer.Option(help="where to write (default: stdout)")] = None,
 ) -> None:
@@ -311,7 +312,7 @@ def export(
 
 @app.command()
 def train(
-    recipe: Annotated[Path, typer.Argument(help="a recipe YAML written by `sro export`")],
+    recipe: Annotated[Path, typer.Argument(metavar="RECIPE", help="a recipe YAML written by `sro export`")],
     runs: Annotated[Path, typer.Option(help="folder for the model cache")] = Path("runs"),
 ) -> None:
     """Run one recipe outside a search and print its held-out scores next to the base model's."""

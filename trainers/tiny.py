@@ -190,6 +190,9 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
     # written beside the cache under this process's own name, then renamed into place: several search
     # workers starting together each build the same model, and the first rename wins
     tmp = out.with_name(f"{out.name}.tmp{os.getpid()}")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # transformers' "Writing model shards" bar leaked into `sro search` (stop 38)
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     info = {"spec": asdict(spec), "pairs": len(pairs), "final_loss": losses[-1] if losses else None,
