@@ -87,6 +87,13 @@ class Budget:
             if m and m.group(2) in ("M", "K", "G", "k"):  # `5M` read as 5 minutes, beside `5Mtok` in the help (stop 37)
                 raise BudgetError(f"budget {term.strip()!r} is ambiguous: write {m.group(1)}m for minutes, or "
                                   f"{m.group(1)}{m.group(2).upper()}tok for training tokens")
+            if not m and re.fullmatch(r"\s*-\s*\d.*", term):  # was "cannot parse" (a review, stop 38)
+                raise BudgetError(f"budget {term.strip()!r} must be positive; {HELP}")
+            if (bare := re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*", term)) is not None:
+                n = bare.group(1)
+                if float(n) <= 0:
+                    raise BudgetError(f"budget {n!r} must be positive; {HELP}")
+                raise BudgetError(f"budget {n!r} needs a unit: {n}m for minutes, {n}trials, {n}gpu-h or {n}Mtok")
             if not m or unit not in _UNITS:
                 raise BudgetError(f"cannot parse budget {term.strip()!r}; {HELP}")
             field, scale = _UNITS[unit]

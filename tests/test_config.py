@@ -454,3 +454,15 @@ def test_a_yes_for_a_count_is_refused_not_read_as_one(micro_project):
     assert "domains.arithmetic.benchmarks[0].size" in msg and "must be a whole number, not true" in msg, msg
     msg = _err(micro_project, lambda d: d.update(seed=True))
     assert "seed" in msg and "must be a whole number, not true" in msg, msg
+
+
+@pytest.mark.parametrize("text, message", [
+    ("-1m", "budget '-1m' must be positive"), ("-2trials", "budget '-2trials' must be positive"),
+    ("0", "budget '0' must be positive"),
+    ("5", "budget '5' needs a unit: 5m for minutes, 5trials, 5gpu-h or 5Mtok"),
+    ("2h,1.5", "budget '1.5' needs a unit: 1.5m for minutes"),
+])
+def test_a_negative_or_unitless_budget_says_so(text, message):
+    """Both read 'cannot parse budget' with the list of units (a review, stop 38)."""
+    with pytest.raises(BudgetError, match=re.escape(message)):
+        Budget.parse(text)
