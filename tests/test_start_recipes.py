@@ -149,3 +149,22 @@ def test_a_recipe_file_of_another_space_starts_a_study_in_this_one(micro_project
     p = load_project(micro_project(extra="start_recipes:\n  - ours.yaml\n"))
     (r,) = start_recipes(p.start_recipes, SPACE, "space v1")
     assert r.values == {**GOOD, "steps": 50}
+
+
+def test_a_recipe_file_reads_a_yaml_1_1_exponent_as_the_number_it_spells(tmp_path):
+    """`lr: 1e-4` by hand in a recipe file is the text '1e-4' to PyYAML: `sro train` refused it while space.yaml and
+    start recipes read it (a review, stop 38). A quoted '31' stays text (the trainer refuses it, saying so)."""
+    from sro.config import read_recipe_file
+
+    f = tmp_path / "r.yaml"
+    f.write_text("project: {name: x}\nrecipe:\n  values: {lr: 1e-4, steps: '31', eps: 2E+1}\n  fixed: {beta: 5e-3}\n")
+    doc = read_recipe_file(f, "r.yaml")
+    assert doc["recipe"]["values"] == {"lr": 1e-4, "steps": "31", "eps": 20.0} and doc["recipe"]["fixed"] == {"beta": 5e-3}
+    from trainers.algorithms import RecipeValueError, config_for
+
+    with pytest.raises(RecipeValueError, match=r"steps='31' must be a number \(it is text: quoted in the YAML\? write 31 "):
+        config_for("grpo", {"steps": "31"})
+    p = tmp_path / "p.yaml"
+    p.write_text("name: x\ndomains: {}\n")
+    with pytest.raises(ConfigError, match="it is a project file, which `sro search` runs"):
+        read_recipe_file(p, "p.yaml")

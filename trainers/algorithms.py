@@ -273,8 +273,11 @@ def checked_value(key: str, v: Any, kind: str, choices: Sequence[Any] | None = N
             hint = ""
             try:  # `lr: 1e-4` in a hand-written YAML: PyYAML reads a float without a dot as text
                 if isinstance(v, str) and math.isfinite(float(v)):
-                    mant, _, exp = repr(float(v)).partition("e")
-                    hint = f" (YAML reads {v} as text; write {mant if '.' in mant else mant + '.0'}{'e' + exp if exp else ''})"
+                    if re.fullmatch(r"\s*[-+]?\d+[eE][-+]?\d+\s*", v):
+                        mant, _, exp = repr(float(v)).partition("e")
+                        hint = f" (YAML reads {v} as text; write {mant if '.' in mant else mant + '.0'}{'e' + exp if exp else ''})"
+                    else:  # `steps: '31'`: quoted (the hint was "write 31.0", a review at stop 38)
+                        hint = f" (it is text: quoted in the YAML? write {v.strip()} without quotes)"
             except ValueError:
                 pass
             raise RecipeValueError((key,), f"{key}={v!r} must be a number{hint}")
