@@ -184,6 +184,19 @@ def _differences(old: Any, new: Any, at: str = "") -> list[str]:
     return [] if old == new else [f"{at}: {json.dumps(old)} → {json.dumps(new)}"]
 
 
+def _listed(run_dir: Path) -> str:
+    """A note for a read-only command that finds no study where the run folder's trials.json lists trials: the
+    study was lost or emptied, not never run (the message said "no trial has been recorded there yet" beside a
+    trials.json of 6 trials; a review, stop 38). Empty when trials.json lists none."""
+    try:
+        n = len(json.loads((run_dir / "trials.json").read_text()))
+    except (OSError, ValueError, TypeError):
+        return ""
+    return (f", though its trials.json lists {n} trial(s) from the last report: the study was lost or emptied "
+            "(a deleted or 0-byte study.db, a partial copy); restore it from a backup (trials.json and report.html "
+            "are the last copies of its results)") if n else ""
+
+
 class Ledger:
     def __init__(self, project: ProjectConfig, run_dir: str | Path, create: bool = True) -> None:
         """`create=False` (the read-only commands): nothing is written to the storage but the rollback of a
@@ -195,10 +208,15 @@ class Ledger:
         self.url = url = study_url(project, self.run_dir)
         opened, file = url, _sqlite_file(url)
         if not create and file is not None:
+            if file.is_dir():
+                raise NoStudyError(f"storage {_shown(url)}: {file} is a folder, not a study file{_listed(self.run_dir)}")
             if not file.is_file():
-                raise NoStudyError(f"{self.run_dir} has no study.db: no trial has been recorded there yet (run "
+                lost = _listed(self.run_dir)
+                raise NoStudyError(f"{self.run_dir} has no study.db{lost}" if lost and project.storage is None else
+                                   f"{self.run_dir} has no study.db: no trial has been recorded there yet (run "
                                    "`sro search` on its project first)" if project.storage is None else
-                                   f"storage {_shown(url)}: no such file (run `sro search` on its project first)")
+                                   f"storage {_shown(url)}: no such file (run `sro search` on its project first)"
+                                   f"{lost}")
             opened = _read_only_url(file)
             _roll_back_a_killed_write(file)
         if create:
@@ -223,8 +241,8 @@ class Ledger:
         for attempt in range(5):
             try:
                 if not create and not _has_tables(opened):  # Optuna's open would create them
-                    raise NoStudyError(f"storage {_shown(url)} has no study {project.name!r} (run `sro search` "
-                                       "on its project first)")
+                    raise NoStudyError(f"storage {_shown(url)} has no study {project.name!r}" + (
+                        _listed(self.run_dir) or " (run `sro search` on its project first)"))
                 with warnings.catch_warnings():  # heartbeats are an experimental argument in Optuna 5
                     warnings.simplefilter("ignore", ExperimentalWarning)
                     self.storage = optuna.storages.RDBStorage(opened, heartbeat_interval=self.heartbeat_s,

@@ -1590,3 +1590,24 @@ def test_show_prints_every_benchmark_the_green_mark_reads(monkeypatch):
     assert row["base"] == "base 0.035 0.090"
     monkeypatch.setattr(report, "_load", lambda run_dir: (data, [], info))
     assert "no trial yet" in CliRunner().invoke(app, ["show", "anywhere"], env={"COLUMNS": "200"}).output
+
+
+def test_read_commands_say_a_study_is_lost_where_trials_json_lists_trials(micro_project, tmp_path):
+    """`sro show` where study.db is gone, a folder or 0 bytes beside a trials.json of 2 trials said "no trial has
+    been recorded there yet (run sro search first)" (a review, stop 38): the study is lost, and a search would
+    refuse to start over it."""
+    project = load_project(micro_project("lost"))
+    run = tmp_path / "runs" / "lost"
+    run.mkdir(parents=True)
+    (run / "project.yaml").write_text(yaml.safe_dump(project.portable_dump()))
+    (run / "trials.json").write_text('[{"number": 0}, {"number": 1}]')
+    for make, needle in ((lambda: None, "has no study.db, though its trials.json lists 2 trial(s)"),
+                         (lambda: (run / "study.db").mkdir(), "study.db is a folder, not a study file, though"),
+                         (lambda: (run / "study.db").write_bytes(b""), "has no study 'lost', though its trials.json")):
+        if (run / "study.db").is_dir():
+            (run / "study.db").rmdir()
+        make()
+        res = CliRunner().invoke(app, ["show", str(run)], env={"COLUMNS": "300"})
+        flat = " ".join(res.output.split())
+        assert res.exit_code == 2 and needle in flat and "lost or emptied" in flat, flat
+        assert "no trial has been recorded there yet" not in flat
