@@ -23,14 +23,15 @@ _PAGE = Template(autoescape=True, source="""<!doctype html>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f3f3f3}tr.front{background:#eaf6ea}tr.failed{color:#a33}td.l{text-align:left}
+th{background:#f3f3f3}tr.front{background:#eaf6ea}tr.failed{color:#a33}tr.base{font-weight:bold}td.l{text-align:left}
 .note{color:#555}
 </style></head><body>
 <h1>SRO search: {{ name }}</h1>
 <p class="note">base model <b>{{ base_model }}</b> · {{ n_complete }} complete / {{ n_total }} trials ·
-objectives: {{ objectives }} · budget spent: {{ spent }}</p>
+objectives: {{ objectives }} · budget spent: {{ spent }} · cost: a trial's wall seconds, from loading the base
+model to the end of its held-out scoring</p>
 <h2>Base model (held-out)</h2><p>{{ base_line }}</p>{% if overlap_line %}<p class="note">{{ overlap_line }}</p>{% endif %}
-<h2>Pareto front</h2>{{ front_div }}
+<h2>Pareto front</h2><p class="note">{{ front_note }}</p>{{ front_div }}
 <h2>Hypervolume</h2><p class="note">{{ hv_note }}</p>{{ hv_div }}{% if pruning_line %}<p class="note">{{ pruning_line }}</p>{% endif %}
 <h2>Learning curves</h2>{{ curve_div }}
 <h2>Trials</h2><p class="note">green rows are Pareto-optimal over all objectives; ✔ marks a trial that
@@ -102,7 +103,8 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
             x=pts[:, 0], y=pts[:, 1], mode="markers", name="trials",
             marker=dict(size=11, color=costs, colorscale="Viridis", showscale=True,
                         colorbar=dict(title="cost (s)"), line=dict(width=1, color="#333")),
-            text=[f"trial {r.number}" for r in done], hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
+            text=[f"trial {r.number}, cost {c:.0f}s" for r, c in zip(done, costs)],
+            hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
         order = np.argsort(pts[front, 0])
         drawn_is_all = {k for k, _ in objectives} == {x_key, y_key}  # a staircase only when the axes are it
         fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order],
@@ -162,17 +164,29 @@ def write_report(run_dir: str | Path) -> Path:
     fixed_keys = {k for r in records for k in r.recipe.fixed}
     params = sorted({k for r in records for k in r.recipe.values}
                     | {k for k in fixed_keys if len({repr(r.recipe.get(k)) for r in records}) > 1})
-    header = ["trial", "state", "✔"] + score_keys + ["cost s", "samples"] + params
+    # a benchmark that is no objective still decides ✔ (beats the base model): shown too, marked (stop 38)
+    others = [k for k in base if k not in score_keys]
+    header = (["trial", "state", "✔"] + score_keys + [f"{k} (no objective)" for k in others] + ["cost s", "samples"]
+              + params)
     rows = []
+    if base:  # the base model's row, as `sro show` has it
+        rows.append(([(c, False) for c in ["base", "", ""] + [_fmt(base.get(k, "")) for k in score_keys + others]
+                      + [""] * (2 + len(params))], "base"))
     for r in records:
-        row = [r.number, r.state if r.state != "failed" else f"failed: {r.message.splitlines()[0][:60] if r.message else ''}",
-               "✔" if r.beats(base, info["lower"]) else ""]
-        row += [r.scores.get(k, "") for k in score_keys]
+        # why a trial ended early, in its row (only a failed one said it; a review, stop 38)
+        why = r.message.splitlines()[0][:80] if r.state != "complete" and r.message else ""
+        row = [r.number, f"{r.state}: {why}" if why else r.state, "✔" if r.beats(base, info["lower"]) else ""]
+        row += [r.scores.get(k, "") for k in score_keys + others]
         row += [r.cost.get("wall_s", 0.0), int(r.cost.get("samples", 0))]
         row += [r.recipe.get(p, "") for p in params]
         cls = "front" if r.number in front else ("failed" if r.state in ("failed", "interrupted") else "")
         # text left-aligned, numbers right (a formatted float was a string, so numbers were left-aligned)
         rows.append(([(_fmt(c), isinstance(c, str) and i > 2) for i, c in enumerate(row)], cls))
+    drawn = score_keys[:2] if len(score_keys) > 1 else score_keys[:1] + ["cost"]
+    front_note = ("no complete trial yet" if not any(r.state == "complete" for r in records) else
+                  f"drawn: {' against '.join(drawn)}" + (f"; the front is over all {len(objectives)} objectives "
+                                                         f"({', '.join(k for k, _ in objectives)})"
+                                                         if len(objectives) > len(drawn) else ""))
     front_div = front_figure(records, objectives, base).to_html(include_plotlyjs=True, full_html=False)
     curve_div = curve_figure(records).to_html(include_plotlyjs=False, full_html=False)
     hv = info["hypervolume"] or {}
@@ -196,6 +210,7 @@ def write_report(run_dir: str | Path) -> Path:
         overlap_line="; ".join(f"{k}: {v:.0%} of questions also occur in training (other seeds)"
                                for k, v in info["overlap"].items() if v > 0),
         front_div=Markup(front_div), curve_div=Markup(curve_div), hv_div=Markup(hv_div), hv_note=hv_note,
+        front_note=front_note,
         pruning_line=(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "
                       f"steps (~{saved['seconds']:.0f} s)" if saved["trials"] else ""), header=header, rows=rows)
     out = run_dir / "report.html"

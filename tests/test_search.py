@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+import re
 import json
 import os
 import subprocess
@@ -1580,16 +1581,24 @@ def test_show_prints_every_benchmark_the_green_mark_reads(monkeypatch):
                            cost={"wall_s": 20.0})]
     data = {"name": "two", "objectives": [{"arithmetic/h": "max"}, {"cost": "min"}]}
     info = {"base_scores": base, "spent": Spent(), "overlap": {}, "lower": [], "hypervolume": {}}
+    import io
+
+    import rich.console
+
+    import sro.cli as cli
+
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", rich.console.Console(file=out, width=200))  # wide whatever the worker's
     monkeypatch.setattr(report, "_load", lambda run_dir: (data, records, info))
-    r = CliRunner().invoke(app, ["show", "anywhere"], env={"COLUMNS": "200"})
+    r = CliRunner().invoke(app, ["show", "anywhere"])
     assert r.exit_code == 0, r.output
-    lines = [" ".join(line.replace("│", " ").split()) for line in r.output.splitlines()]
+    lines = [" ".join(line.replace("│", " ").split()) for line in out.getvalue().splitlines()]
     assert any("multiplication/h (no objective)" in line for line in lines)
     row = {line.split()[0]: line for line in lines if line.split() and line.split()[0] in ("base", "0", "1")}
     assert row["0"] == "0 complete 0.300 0.050 10 *" and row["1"] == "1 complete 0.200 0.500 20 ✔"
     assert row["base"] == "base 0.035 0.090"
     monkeypatch.setattr(report, "_load", lambda run_dir: (data, [], info))
-    assert "no trial yet" in CliRunner().invoke(app, ["show", "anywhere"], env={"COLUMNS": "200"}).output
+    assert CliRunner().invoke(app, ["show", "anywhere"]).exit_code == 0 and "no trial yet" in out.getvalue()
 
 
 def test_read_commands_say_a_study_is_lost_where_trials_json_lists_trials(micro_project, tmp_path):
@@ -1611,3 +1620,26 @@ def test_read_commands_say_a_study_is_lost_where_trials_json_lists_trials(micro_
         flat = " ".join(res.output.split())
         assert res.exit_code == 2 and needle in flat and "lost or emptied" in flat, flat
         assert "no trial has been recorded there yet" not in flat
+
+
+def test_the_report_rows_say_why_a_trial_ended_early_and_show_the_base_model(micro_project, tmp_path):
+    """Only a failed trial's row said why; a stopped, pruned or interrupted one now does too. The trial table has
+    the base model's row (as `sro show`), the page says what cost is and what the front plot draws (a review,
+    stop 38)."""
+    from sro.report import write_report
+
+    project = load_project(micro_project("rows"))
+    run_dir = tmp_path / "runs" / "rows"
+    ledger = _run_with_one_trial(project, run_dir)
+    ledger.put("base_scores", {"arithmetic/add": 0.125})
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    t = ledger.start(Recipe(space.sobol(2, seed=0)[1], dict(space.fixed)), space)
+    ledger.end_early(t, "stopped", {"arithmetic/add": 0.25}, {"wall_s": 2.0}, [],
+                     "stopped by the wall-clock budget at step 1 of 3")
+    page = html.unescape(write_report(run_dir).read_text())
+    cells = [c.strip() for c in re.findall(r"<td[^>]*>(.*?)</td>", page)]
+    assert cells[:4] == ["base", "", "", "0.125"]
+    assert "stopped: stopped by the wall-clock budget at step 1 of 3" in cells
+    assert "cost: a trial's wall seconds, from loading the base model to the end of its held-out scoring" in \
+           " ".join(page.split())
+    assert "drawn: arithmetic/add against cost" in page
