@@ -912,3 +912,20 @@ def test_moves_and_codes_at_their_edges() -> None:
     assert [w[m] for m in mix.members] == [0.0, 0.5, 0.5]
     assert reference_point(torch.tensor([[0.5], [0.5]])).tolist() == pytest.approx([0.4])  # margin × 1, not × 0.5
     assert reference_point(torch.tensor([[0.0], [0.0]])).tolist() == pytest.approx([-0.1])  # below the only trial
+
+
+def test_a_proposal_hides_linear_operators_jitter_notice():
+    """"A not p.d., added jitter" was printed into the search's output after almost every BoTorch trial (a review,
+    stop 38); other warnings still pass."""
+    import warnings
+
+    from linear_operator.utils.warnings import NumericalWarning
+
+    from sro.optimizer.botorch_proposer import _torch_threads
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with _torch_threads(None):
+            warnings.warn("A not p.d., added jitter of 1.0e-08 to the diagonal", NumericalWarning)
+            warnings.warn("BoTorchProposer: GP fit failed (x)", UserWarning)
+    assert [str(w.message) for w in seen] == ["BoTorchProposer: GP fit failed (x)"]

@@ -544,9 +544,14 @@ def _domination_order(Y: torch.Tensor, keep_first: int = 0) -> torch.Tensor:
 def _torch_threads(n: int | None) -> Iterator[None]:
     """Torch intra-op threads set to n while proposing (None: unchanged); also hides linear_operator's
     notice that torch's sparse-tensor invariant checks are off, which its box decompositions trigger
-    on every search and which says nothing to a user."""
+    on every search and which says nothing to a user, and its "A not p.d., added jitter" (NumericalWarning),
+    printed into the search's output after almost every proposal (a review, stop 38): the jitter is the
+    remedy, and a fit that fails beyond it is said (`GP fit failed`)."""
+    from linear_operator.utils.warnings import NumericalWarning
+
     with torch_threads(n), warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
+        warnings.filterwarnings("ignore", category=NumericalWarning)
         yield
 
 
