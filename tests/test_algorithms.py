@@ -107,7 +107,13 @@ def test_a_nan_or_infinite_setting_is_named_before_training():
             ("grpo", {"eps": "x"}, ("eps",), "R.eps='x' must be a number"),
             ("grpo", {"lr": "1e-4"}, ("lr",), "R.lr='1e-4' must be a number (YAML reads 1e-4 as text; write 0.0001)"),
             ("grpo", {"distill.teacher": "oracle"}, ("distill.teacher",), "R.distill.teacher must be one of"),
-            ("grpo", {"dynamic_sampling": "yes"}, ("dynamic_sampling",), "R.dynamic_sampling='yes' must be true or false")):
+            ("grpo", {"dynamic_sampling": "yes"}, ("dynamic_sampling",), "R.dynamic_sampling='yes' must be true or false"),
+            # one value per message, with what was given (they were merged: "beta, eps_low, eps_high must be >= 0
+            # and temperature > 0" for temperature -1; a review, stop 38)
+            ("grpo", {"temperature": -1.0}, ("temperature",), "R.temperature must be > 0 (got -1.0)"),
+            ("grpo", {"beta": -0.5}, ("beta",), "R.beta must be >= 0 (got -0.5)"),
+            ("grpo", {"batch_multiplier": 0}, ("batch_multiplier",), "R.batch_multiplier must be >= 1 (got 0)"),
+            ("grpo", {"group_size": 0}, ("group_size",), "R.group_size must be >= 1 (got 0)")):
         with pytest.raises(RecipeValueError) as e:
             config_for(algo, values)
         assert e.value.keys == keys and e.value.located({k: f"R.{k}" for k in keys}).startswith(located)

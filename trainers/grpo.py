@@ -107,10 +107,13 @@ class GRPOConfig:
         for name in ("steps", "group_size", "prompts_per_step", "num_iterations", "minibatches", "max_new_tokens"):
             if int(getattr(self, name)) < 1:
                 problems.append(f"{name} must be >= 1 (got {getattr(self, name)})")
-        if self.group_size < 2:
+        if 1 <= self.group_size < 2:  # one message per value (a review, stop 38: group_size 0 had two)
             problems.append(f"group_size must be >= 2 for a group baseline (got {self.group_size})")
-        if self.beta < 0 or self.eps_low < 0 or self.eps_high < 0 or self.temperature <= 0:
-            problems.append("beta, eps_low, eps_high must be >= 0 and temperature > 0")
+        for name in ("beta", "eps_low", "eps_high"):  # each named with its value (they were one message)
+            if getattr(self, name) < 0:
+                problems.append(f"{name} must be >= 0 (got {getattr(self, name)})")
+        if self.temperature <= 0:
+            problems.append(f"temperature must be > 0 (got {self.temperature})")
         if self.staleness < 0:
             problems.append(f"staleness must be >= 0 (got {self.staleness})")
         if not 0 <= self.overlong_buffer <= self.max_new_tokens:
@@ -124,16 +127,21 @@ class GRPOConfig:
             self.distill = DistillSettings(**self.distill)
         if isinstance(self.collapse, dict):
             self.collapse = CollapseSettings(**self.collapse)
-        if not 0.0 < self.batch_switch_at <= 1.0 or self.batch_multiplier < 1:
-            problems.append("batch_switch_at must be in (0, 1] and batch_multiplier >= 1")
-        if self.lr_alpha < 0 or self.max_sample_rounds < 1:
-            problems.append("lr_alpha must be >= 0 and max_sample_rounds >= 1")
+        if not 0.0 < self.batch_switch_at <= 1.0:
+            problems.append(f"batch_switch_at must be in (0, 1] (got {self.batch_switch_at})")
+        if self.batch_multiplier < 1:
+            problems.append(f"batch_multiplier must be >= 1 (got {self.batch_multiplier})")
+        if self.lr_alpha < 0:
+            problems.append(f"lr_alpha must be >= 0 (got {self.lr_alpha})")
+        if self.max_sample_rounds < 1:
+            problems.append(f"max_sample_rounds must be >= 1 (got {self.max_sample_rounds})")
         if self.scale_rewards not in ADVANTAGES:
             problems.append(f"scale_rewards must be one of {ADVANTAGES.names()} (got {self.scale_rewards!r})")
         if self.aggregation not in AGGREGATIONS:
             problems.append(f"aggregation must be one of {AGGREGATIONS.names()} (got {self.aggregation!r})")
-        if (self.prompts_per_step * self.group_size) < self.minibatches:
-            problems.append("minibatches cannot exceed prompts_per_step × group_size")
+        if self.prompts_per_step >= 1 and self.group_size >= 1 and self.prompts_per_step * self.group_size < self.minibatches:
+            problems.append(f"minibatches cannot exceed prompts_per_step × group_size "
+                            f"({self.prompts_per_step} × {self.group_size}; got {self.minibatches})")
         if self.rollout_backend not in ROLLOUT_BACKENDS:
             problems.append(f"rollout_backend must be one of {ROLLOUT_BACKENDS.names()} (got {self.rollout_backend!r})")
         if self.optimizer not in OPTIMIZERS:
