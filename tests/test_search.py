@@ -844,6 +844,13 @@ def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(mic
                    "training it again".split()) in said, r.stdout
     assert run_here("export", str(run_dir), "--trial", "0", "--out", str(out)).exit_code == 0
     assert "note:" not in run_here("train", str(out), "--runs", str(tmp_path / "runs")).stdout  # a complete one
+    # a setting in both values: and fixed: (a hand edit): the one used is said (a review, stop 38)
+    doc = yaml.safe_load(out.read_text())
+    steps = doc["recipe"]["values"]["steps"]
+    doc["recipe"]["fixed"]["steps"] = steps + 7
+    out.write_text(yaml.safe_dump(doc))
+    said = "".join(run_here("train", str(out), "--runs", str(tmp_path / "runs")).stdout.split())
+    assert f"recipe.values.steps={steps}isused,notrecipe.fixed.steps={steps + 7}" in said
 
 
 def test_reading_verbs_and_bad_input_do_not_load_torch(micro_project, tmp_path):
