@@ -132,3 +132,10 @@ def test_dr_grpo_and_batch_advantages_centre_on_each_groups_own_mean():
     assert torch.allclose(ADVANTAGES.get("none")(r, 2), torch.tensor([0.5, -0.5, 0.0, 0.0]))
     std = r.std()  # the batch's std (1.5): scale only, the centre stays each group's
     assert torch.allclose(ADVANTAGES.get("batch")(r, 2), torch.tensor([0.5, -0.5, 0.0, 0.0]) / (std + 1e-4))
+
+
+def test_a_group_of_one_has_zero_advantage_not_nan():
+    """The std of one sample is undefined (NaN): a group of one has no baseline to beat (mutation testing, stop 38)."""
+    from trainers.core import group_advantage
+
+    assert group_advantage(torch.tensor([1.0, 2.0]), 1).tolist() == [0.0, 0.0]

@@ -170,3 +170,30 @@ def test_overlong_penalty_by_hand():
     got = overlong_penalty(torch.tensor([3, 4, 5, 6, 8, 8]), torch.tensor([False] * 5 + [True]), 8, 4)
     assert got.tolist() == [0.0, 0.0, -0.25, -0.5, -1.0, -1.0]
 
+
+
+def test_proximal_kl_caps_rho_and_its_settings_hold_their_documented_defaults():
+    """One token whose probability rose from 0.25 (π_prox = μ) to 0.5: δ = log 2, exp(δ) = 2 capped at C_prox = 1,
+    so with β_p = 0 the loss is −1·1·1·log 0.5 = log 2 (without the cap, 2·log 2). The defaults ALGORITHMS.md and
+    docs/trainers.md state are pinned, and a decay of 1 (π_prox frozen at the start) is refused (mutation
+    testing, stop 38: each passed every test)."""
+    import math
+
+    from trainers.losses import LossInputs, ProxKLSettings, proximal_kl_loss, proximal_kl_stats
+
+    logp = torch.tensor([[math.log(0.5)]], requires_grad=True)
+    old = torch.tensor([[math.log(0.25)]])
+    x = LossInputs(logp, old, old, torch.ones(1, 1), torch.ones(1, 1))
+    loss = proximal_kl_loss(x, prox=ProxKLSettings(beta_p=0.0))
+    assert loss.item() == pytest.approx(math.log(2))
+    d = ProxKLSettings()
+    assert (d.beta_p, d.horizon, d.gamma, d.bound, d.c_is, d.c_mask, d.c_prox, d.mode, d.ewma_decay) == \
+        (2.0, 4, 1.0, 2.0, 2.0, 3.0, 1.0, "ewma", 0.5)
+    with pytest.raises(ValueError, match=r"ewma_decay must be in \[0, 1\)"):
+        ProxKLSettings(ewma_decay=1.0)
+    # the report reads the mask's tokens only, and an all-masked batch has no effective sample
+    two = LossInputs(torch.tensor([[0.1, 5.0]]), torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2),
+                     torch.tensor([[1.0, 0.0]]))
+    assert proximal_kl_stats(two)["prox_delta_max"] == pytest.approx(0.1)
+    none = LossInputs(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2))
+    assert proximal_kl_stats(none)["prox_ess"] == 0.0

@@ -283,3 +283,48 @@ def test_dedup_beside_a_narrow_band_starts_new_passes_in_time():
     mix = Mixture({"d": [task]}, keep=lambda it: it.question in band and dedup(it), period=256)
     drawn = [it.question for _, it in mix.sample(6)]
     assert Counter(drawn) == {"q 3": 3, "q 200": 3}
+
+
+# ---------- edges no test pinned (mutation testing, stop 38: each change below passed every test) ----------
+
+def test_the_difficulty_band_includes_both_edges_and_defaults_to_the_whole_range():
+    """Pass rates are i/k (0, 0.25, 0.5, ...): they land on a band's edges all the time, so both edges are kept;
+    a recipe that sets only the low edge keeps the items every sample solves (rate 1.0)."""
+    rates = {"q 1": 0.25, "q 2": 0.5, "q 3": 0.75, "q 4": 1.0}
+    keep = item_filter({"proc.difficulty_low": 0.25, "proc.difficulty_high": 0.5}, lambda: rates)
+    assert [keep(Item(q, "", "s")) for q in rates] == [True, True, False, False]
+    low_only = item_filter({"proc.difficulty_low": 0.5}, lambda: rates)
+    assert [low_only(Item(q, "", "s")) for q in rates] == [False, True, True, True]
+
+
+def test_the_length_band_counts_the_stripped_question_and_includes_both_edges():
+    keep = item_filter({"proc.min_len": 3, "proc.max_len": 4})
+    assert [keep(Item(q, "", "s")) for q in ("ab", "abc", "  abcd  ", "abcde")] == [False, True, True, False]
+
+
+def test_dedup_starts_a_new_pass_after_twice_the_distinct_questions_at_least_dedup_min():
+    """One question: its new pass begins at the 20th repeat in a row (DEDUP_MIN), the 21st draw. Fifteen:
+    at the 30th repeat (twice the distinct count)."""
+    one = item_filter({"proc.dedup": True})
+    kept = [i for i in range(1, 42) if one(Item("q", "", "s"))]
+    assert kept == [1, 21, 41]
+    fifteen = item_filter({"proc.dedup": True})
+    draws = [f"q{i % 15}" for i in range(15 + 31)]  # 15 new, 30 repeats, then one of the new pass
+    kept = [i for i, q in enumerate(draws, 1) if fifteen(Item(q, "", "s"))]
+    assert kept == list(range(1, 16)) + [15 + 30, 15 + 31]
+
+
+def test_the_mixture_reads_the_first_period_items_round_and_round_and_counts_what_it_skips():
+    task = ListTask([f"q {i}" for i in range(10)])
+    banded = Mixture({"d": [task]}, period=3)
+    assert [it.question for _, it in banded.sample(6)] == ["q 0", "q 1", "q 2", "q 0", "q 1", "q 2"]
+    clean = Mixture({"d": [task]}, exclude_questions={normalize("q 0")})
+    assert clean.sample(1)[0][1].question == "q 1" and clean.skipped == 1
+
+
+def test_mixture_weights_that_sum_to_zero_are_refused_when_the_mixture_is_made():
+    a, b = ListTask(["q 1"], "a"), ListTask(["q 2"], "b")
+    with pytest.raises(ValueError, match="mixture weights must be >= 0 with a positive sum"):
+        Mixture({"d": [a], "e": [b]}, weights={"d": 0.0, "e": 0.0})
+    with pytest.raises(ValueError, match="source weights for 'd' must be 2 values >= 0 with a positive sum"):
+        Mixture({"d": [a, b]}, source_weights={"d": [0.0, 0.0]})

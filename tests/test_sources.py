@@ -351,3 +351,13 @@ def test_a_generator_that_builds_every_item_up_front_gets_a_smaller_stream():
     t = make_task(SourceSpec("reasoning_gym", "acre", {}), seed=0)
     assert time.monotonic() - t0 < 60 and t.size == 20_000
     assert t.item(t.size + 3).question == t.item(3).question and t.item(4).question != t.item(3).question
+
+
+def test_answers_are_read_stripped_line_by_line_and_numbers_within_a_relative_1e_6():
+    """Pinned by hand (mutation testing, stop 38: dropping each strip, or a tolerance of 1e-5, passed every test)."""
+    from evaluators.sources import answer_lines, extract_answer, same_number
+
+    assert extract_answer("\n\n 42\nmore") == "42"  # a completion starting with blank lines
+    assert extract_answer("42 \r\nfoo") == "42" and extract_answer("a \n b \nc", 2) == "a\nb"
+    assert answer_lines("42\n") == 1 and answer_lines("1 2\n3 4") == 2  # a reference's trailing newline
+    assert same_number("0.1000001", "0.1") and not same_number("0.100001", "0.1")

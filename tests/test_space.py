@@ -245,3 +245,43 @@ def test_a_malformed_space_yaml_is_named_not_a_traceback_or_a_wrong_space(text, 
     `high: .inf` sampling inf, a 0-byte file searching nothing)."""
     with pytest.raises(SpaceError, match=re.escape(needle)):
         RecipeSpace.from_yaml(text)
+
+
+# ---------- edges no test pinned (mutation testing, stop 38: each change below passed every test) ----------
+
+def test_a_log_range_decodes_its_top_exactly_and_refuses_a_low_of_zero():
+    """exp(log(1e-3)) is 0.0010000000000000002, above the range: the clamp keeps the edge a valid recipe."""
+    p = Param("lr", "float", 1e-5, 1e-3, log=True)
+    assert p.from_unit(1.0) == 1e-3 and p.from_unit(0.0) == 1e-5
+    RecipeSpace([p]).validate({"lr": p.from_unit(1.0)})
+    with pytest.raises(SpaceError, match="a log scale needs low > 0"):
+        Param("x", "float", 0.0, 1.0, log=True)
+    assert Param("x", "float", 1.0, 1.0).from_unit(0.7) == 1.0  # a range of one value is allowed
+
+
+def test_simplex_weights_must_sum_to_one_within_1e_3():
+    space = RecipeSpace([], simplexes=[Simplex("mix", ["mix.a", "mix.b"])])
+    space.validate({"mix.a": 0.5, "mix.b": 0.5005})
+    with pytest.raises(SpaceError):
+        space.validate({"mix.a": 0.5, "mix.b": 0.505})
+
+
+def test_recipe_keys_tell_floats_apart_at_six_significant_digits_and_values_win_over_fixed():
+    assert Recipe({"lr": 0.123451}).key != Recipe({"lr": 0.123459}).key
+    assert Recipe({"lr": 0.1234561}).key == Recipe({"lr": 0.1234562}).key
+    r = Recipe({"lr": 1e-4}, {"lr": 1e-3})
+    assert r.get("lr") == 1e-4 and r.trained()["lr"] == 1e-4 and r.key == Recipe({"lr": 1e-4}).key
+
+
+def test_decoding_all_zero_simplex_columns_gives_equal_weights():
+    """A local move can clip every weight of a simplex to 0: the decoded recipe has equal weights, not NaN."""
+    from sro.optimizer.encoding import RecipeEncoder
+
+    space = RecipeSpace([Param("lr", "float", 0.0, 1.0)], simplexes=[Simplex("mix", ["mix.a", "mix.b", "mix.c"])])
+    enc = RecipeEncoder(space)
+    x = enc.encode({"lr": 0.5, "mix.a": 0.2, "mix.b": 0.3, "mix.c": 0.5})
+    block = next(b for b in enc.blocks if b.param is None)
+    x[block.cols] = -0.5
+    v = enc.decode(x)
+    assert [v[m] for m in ("mix.a", "mix.b", "mix.c")] == [round(1 / 3, 6)] * 3
+    space.validate(v)
