@@ -176,7 +176,8 @@ def test_a_wall_clock_budget_counts_the_workers_own_time(micro_project, tmp_path
     assert len(own) == 1 and own[0] > sum(t.cost["wall_s"] for t in summary.trials)
     # the last claim may be withdrawn once claiming reached the budget: its few milliseconds in training
     # counted then, and are no trial's afterwards
-    assert 12 - 0.1 <= ledger.spent().wall_s < 12 + 5
+    # (or it stopped with less left than one held-out scoring, which no trial could use; stop 38)
+    assert 12 - 0.1 - float(ledger.get("score_s", 0.0)) <= ledger.spent().wall_s < 12 + 5
     ledger.add_worker_time(2.0)  # the same process searching again adds to its total, never resets it
     assert Ledger(project, runs / "fast").spent().wall_s == pytest.approx(ledger.spent().wall_s)
     assert float(ledger.get(next(k for k in ledger.study.user_attrs if k.startswith(WORKER_TIME)))) == \
