@@ -232,8 +232,8 @@ def _show_table(run_dir: Path) -> None:
     others = [k for k in base if k not in keys]
     front = front_numbers(records, [next(iter(o.items())) for o in data["objectives"]])
     t = Table(title=f"{data['name']}: {len(records)} trials")
-    for h in ["trial", "state", *keys, *(f"{k} (no objective)" for k in others), "cost s", "front", "beats base"]:
-        t.add_column(h, justify="right")
+    for h in ["trial", "state", *keys, *(f"{k} (no objective)" for k in others), "cost s", "front", "beats"]:
+        t.add_column(h, justify="right", overflow="fold")  # a long benchmark name wraps, not cut to `arithmetic/…`
     if base:
         t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys + others], "", "", "", style="bold")
     for r in records:
