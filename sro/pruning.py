@@ -102,7 +102,7 @@ class Pruner:
         if steps < self.min_steps:
             return out
         for f in self.fractions:
-            s = max(1, math.ceil(f * steps - 1e-9))  # 1/3 · 30 is 10.000000000000002
+            s = max(1, math.ceil(f * steps - 1e-9))  # 0.07 · 100 is 7.000000000000001
             if s < steps:
                 out.setdefault(s, f)
         return out

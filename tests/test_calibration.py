@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from evaluators.calibration import ConfidenceRecord, auroc, brier, calibration_report, ece, selective
+from evaluators.calibration import ConfidenceRecord, auroc, brier, calibration_report, confidence_question, ece, selective
 
 
 def test_auroc_by_hand():
@@ -69,3 +69,13 @@ def test_a_confidence_of_one_and_a_threshold_met_exactly():
     assert ece([1.0], [0]) == pytest.approx(1.0)
     assert ece([1.0, 0.95], [0, 1]) == pytest.approx(0.475)  # one bin (0.9, 1]: |0.975 − 0.5|
     assert selective([ConfidenceRecord(0, 0, 0.5, True)], 0.5)["coverage"] == 1.0
+
+
+def test_per_step_blocks_stop_below_max_step_index_and_nan_confidences_give_nan_auroc():
+    """(mutation testing, stop 38: `t <= max_step_index`, and no NaN guard in auroc, passed every test)"""
+    import math
+
+    recs = [ConfidenceRecord(e, t, 0.5 + 0.1 * t, e % 2 == 0) for e in range(4) for t in range(3)]
+    assert sorted(calibration_report(recs, max_step_index=2)["per_step"]) == [0, 1]
+    assert math.isnan(auroc([float("nan"), 0.2], [True, False]))
+    assert "of None" not in confidence_question("o", "a", step=3) and "step 3 of 5" in confidence_question("o", "a", 3, 5)

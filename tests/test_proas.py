@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from trainers.core import ADVANTAGES
-from trainers.proas import ProASConfig, ReferenceGraph, step_advantages
+from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
 
 
 def test_inadmissible_step_in_successful_episode_gets_zero_credit():
@@ -159,3 +159,29 @@ def test_boundaries_and_counts_by_hand():
     g.observe_state("A", ["look"])
     g.add_iteration([([e], True), ([e], False)])  # v = 0.5 = θ_v: valid, as the rules say
     assert g.validity(e) == pytest.approx(0.5) and g.stats()["graph_rule_agreement"] == 1.0
+
+
+# ---------- edges no test pinned (mutation testing, stop 38: each change below passed every test) ----------
+
+def test_rescaling_a_winning_episode_with_no_valid_step_gives_zero_credit_not_a_crash():
+    """Hard gate, every step invalid: nothing to move the credit to (dividing by the valid steps' sum was 0/0)."""
+    assert step_advantages([1.0], [[0.0, 0.0]], ProASConfig(rescale=True, gate="hard")) == [[0.0, 0.0]]
+
+
+def test_the_distilled_window_forgets_an_iteration_after_w_more():
+    """W = 2: a success two iterations back leaves the counts; the validity is then (0 + a) / (2 + a + b)."""
+    g = ReferenceGraph(ProASConfig(graph_source="distilled", window=2, n_min=1))
+    e = ("s", "go east")
+    for success in (True, False, False):
+        g.add_iteration([([e], success)])
+    assert g.counts(e) == (0, 2)
+    c = g.cfg
+    assert g.validity(e) == pytest.approx(c.prior_a / (2 + c.prior_a + c.prior_b))
+
+
+def test_proas_defaults_and_knob_bounds_are_pinned():
+    c = ProASConfig()
+    assert (c.theta_v, c.lam) == (0.5, 0.5)
+    with pytest.raises(ValueError):
+        ProASConfig(rho=0.0)
+    assert deviations([0.5, 0.4, 0.6], 0.5) == 1  # below θ_v is a deviation, θ_v itself is not

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -272,3 +273,53 @@ def test_saved_budget_stays_within_the_time_limit_the_trial_had() -> None:
     cost = pruned_cost({"wall_s": 110.0}, step=100, steps=300, train_s=100.0, scoring_s=10.0, limit_s=150.0)
     assert cost["saved_steps"] == 30.0 and cost["saved_s"] == 40.0
     assert pruned_cost({"wall_s": 110.0}, 100, 300, train_s=100.0, scoring_s=10.0)["saved_steps"] == 200.0
+
+
+# ---------- edges no test pinned (mutation testing, stop 38: each change below passed every test) ----------
+
+def test_a_tie_on_one_objective_and_worse_on_the_other_is_dominated():
+    from sro.pareto import pareto_mask
+
+    assert pareto_mask(np.array([[1.0, 0.0], [0.0, 0.0]]), [True, True]).tolist() == [True, False]
+    assert pareto_mask(np.array([[1.0, 0.0], [1.0, 0.0]]), [True, True]).tolist() == [True, True]  # equal: both
+
+
+def test_the_front_holds_complete_trials_with_every_objective_only():
+    """A pruned trial's partial scores and a trial missing an objective (recorded before the objectives
+    changed) are never on the front that `sro show` and the report star."""
+    from sro.pareto import front_numbers
+
+    objs = [("acc", "max"), ("cost", "min")]
+    done = TrialRecord(0, "complete", Recipe({"v": 0}), scores={"acc": 0.5}, cost={"wall_s": 10.0})
+    pruned = TrialRecord(1, "pruned", Recipe({"v": 1}), scores={"acc": 0.9}, cost={"wall_s": 1.0})
+    missing = TrialRecord(2, "complete", Recipe({"v": 2}), scores={}, cost={"wall_s": 2.0})
+    assert front_numbers([done, pruned, missing], objs) == {0}
+
+
+def test_budget_units_boundaries_and_clamps():
+    from sro.budget import Budget, BudgetError, Spent
+
+    assert Budget.parse("5ktok").tokens == 5000 and Budget.parse("2gpuh").gpu_h == 2 and Budget.parse("90sec").wall_s == 90
+    with pytest.raises(BudgetError, match="ambiguous"):
+        Budget.parse("5k")
+    with pytest.raises(BudgetError, match="write e.g. 1trials"):
+        Budget.parse("0.5trials")
+    ten = Budget.parse("10m")
+    assert ten.exhausted(Spent(wall_s=600.0)) is not None and ten.exhausted(Spent(wall_s=599.0)) is None
+    assert ten.remaining_wall_s(Spent(wall_s=700.0)) == 0 and ten.fraction_used(Spent(wall_s=1200.0)) == 1.0
+    assert Spent(tokens=1.0, running=1, running_tokens=5.0).finished_only().total("tokens") == 1.0
+
+
+def test_the_hypervolume_history_is_in_trial_order_and_drops_infinite_outcomes():
+    from sro.optimizer.hypervolume import outcomes
+
+    objs = [("acc", "max"), ("cost", "min")]
+    recs = [TrialRecord(n, "complete", Recipe({"v": n}), scores={"acc": a}, cost={"wall_s": 1.0})
+            for n, a in ((2, 0.3), (1, float("inf")), (0, 0.1))]
+    nums, Y = outcomes(recs, objs)
+    assert nums == [0, 2] and Y.tolist() == [[0.1, -1.0], [0.3, -1.0]]
+
+
+def test_two_fractions_at_one_step_keep_the_first_label_and_float_error_does_not_move_a_checkpoint():
+    assert Pruner(OBJ, fractions=(0.3, 0.33)).checkpoints(6) == {2: 0.3}
+    assert 0.07 * 100 > 7 and Pruner(OBJ, fractions=(0.07,)).checkpoints(100) == {7: 0.07}
