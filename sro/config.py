@@ -43,6 +43,8 @@ class ConfigError(ValueError):
 
 def _plain_name(value: str, what: str) -> str:
     """Names that become file and key parts: letters, digits, _ . - only."""
+    if isinstance(value, str) and not value.strip():  # `name: ''` read "'' may only use letters" (a review, stop 38)
+        raise ValueError(f"{what} is empty; give one of letters, digits, _ . - (e.g. my-search)")
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", value):
         raise ValueError(f"{what} {value!r} may only use letters, digits, _ . -")
     if set(value) == {"."} or value.startswith("-"):  # `name: ..` wrote the run outside runs/ (a review, stop 37)

@@ -181,6 +181,7 @@ def test_budget_accounting():
 def test_bad_project_name(micro_project):
     msg = _err(micro_project, lambda d: d.update(name="my run"))
     assert "name" in msg and "letters, digits" in msg
+    assert "name (a folder under runs/) is empty" in _err(micro_project, lambda d: d.update(name=""))
 
 
 @pytest.mark.parametrize("domain", ["math/easy", "", "my domain"])
@@ -188,7 +189,8 @@ def test_a_domain_name_is_a_plain_name(micro_project, domain):
     """A domain's name starts its benchmarks' keys: `math/easy` made `math/easy/b`, which the per-domain
     lookups did not find (review, stop 30)."""
     msg = _err(micro_project, lambda d: d.update(domains={domain: next(iter(d["domains"].values()))}))
-    assert f"domain name {domain!r} may only use letters, digits, _ . -" in msg
+    assert (f"domain name {domain!r} may only use letters, digits, _ . -" if domain else
+            "domain name is empty; give one of letters, digits, _ . -") in msg
 
 
 def test_metric_defaults_by_kind_and_must_fit_it(micro_project, tmp_path):
