@@ -358,9 +358,10 @@ class GRPOTrainer:
                 loss = aggregate(tok_loss + cfg.beta * kl, m, max_len=cfg.max_new_tokens)
                 self.opt.zero_grad(set_to_none=True)
                 dm = d_mask[idx] if distilling else None
+                distills = dm is not None and float(dm.sum()) > 0
                 # a minibatch with no distillable row (no successful sibling) trains on the policy gradient
                 # alone: mixing a zero g_dis scaled it by (1 − w_d) (a review, stop 37)
-                if dm is not None and float(dm.sum()) > 0:
+                if distills:
                     n_distilled += 1
                     dloss = (divergence(s_dist, t_dist[idx], tokens, top_k=d.top_k) * dm).sum() / dm.sum().clamp(min=1)
                     # the two gradients apart, to log their cosine (§4), then mixed (1 − w_d)·g_pol + w_d·g_dis
@@ -381,7 +382,7 @@ class GRPOTrainer:
                 # a non-finite gradient would poison the weights (the clock reports it); a minibatch with no
                 # trainable token (every row truncated under `mask_truncated`) has no signal, and AdamW's
                 # momentum and weight decay moved the weights anyway (a review, stop 38)
-                if torch.isfinite(gn) and (float(m.sum()) > 0 or (dm is not None and float(dm.sum()) > 0)):
+                if torch.isfinite(gn) and (distills or float(m.sum()) > 0):
                     self.opt.step()
                 if self.prox_model is not None:
                     ema_update(self.prox_model, self.model, cfg.prox.ewma_decay)

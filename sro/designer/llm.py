@@ -422,19 +422,17 @@ def _within(client, seconds: float, call):
     return box["value"]
 
 
-def _create(client, model: str, messages: list[dict[str, str]], shape: dict[str, Any], attempts: int = 3,
-            timeout_s: float | None = None):
-    """One chat completion, its whole answer within `timeout_s` (None: the client's own per-read timeout); a
-    429 or a 5xx is asked again after 1 s, then 2 s (or the Retry-After the server names, up to 30 s): those
-    fell back to the rules at once (a review, stop 37). A timeout is not asked again: `designer.timeout_s` is
-    the wait the user chose."""
+def _create(client, model: str, messages: list[dict[str, str]], shape: dict[str, Any], timeout_s: float,
+            attempts: int = 3):
+    """One chat completion, its whole answer within `timeout_s`; a 429 or a 5xx is asked again after 1 s, then
+    2 s (or the Retry-After the server names, up to 30 s): those fell back to the rules at once (a review, stop
+    37). A timeout is not asked again: `designer.timeout_s` is the wait the user chose."""
     import openai
 
     for attempt in range(attempts):
         try:
-            def call():
-                return client.chat.completions.create(model=model, messages=messages, **shape)
-            return call() if timeout_s is None else _within(client, timeout_s, call)
+            return _within(client, timeout_s,
+                           lambda: client.chat.completions.create(model=model, messages=messages, **shape))
         except (openai.RateLimitError, openai.InternalServerError) as e:
             if attempt == attempts - 1:
                 raise
@@ -453,11 +451,11 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
     shape: dict[str, Any] = {"response_format": {"type": "json_object"}, "temperature": 0.2}
     try:
         try:
-            resp = _create(client, d.model or "default", messages, shape, timeout_s=d.timeout_s)
+            resp = _create(client, d.model or "default", messages, shape, d.timeout_s)
         except openai.BadRequestError as e:  # a server or model that takes no JSON mode or no temperature:
             if not any(k in str(e.message) for k in shape):  # ask once more without them (the prompt asks for JSON)
                 raise
-            resp = _create(client, d.model or "default", messages, {}, timeout_s=d.timeout_s)
+            resp = _create(client, d.model or "default", messages, {}, d.timeout_s)
     except (openai.APITimeoutError, _Deadline):
         raise DesignerFailed(f"the endpoint {_masked(d.base_url)} did not answer within {d.timeout_s:g}s "
                              "(raise designer.timeout_s or check the server)") from None
