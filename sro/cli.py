@@ -222,14 +222,13 @@ def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs
 def _show_table(run_dir: Path) -> None:
     from sro.pareto import front_numbers
     from sro.pruning import saved_budget
-    from sro.report import _load, sparkline
+    from sro.report import _load, other_benchmarks, sparkline
 
     data, records, info = _load(run_dir)
     base = info["base_scores"]
     keys = [k for o in data["objectives"] for k in o if k != "cost"]
-    # a benchmark that is no objective still decides "beats the base model" (green): shown too, marked (until
-    # stop 38 a hidden one made a cheaper, better-looking trial not green, and nothing on screen said why)
-    others = [k for k in base if k not in keys]
+    # until stop 38 a hidden benchmark made a cheaper, better-looking trial not green, and nothing said why
+    others = other_benchmarks(keys, base)
     front = front_numbers(records, [next(iter(o.items())) for o in data["objectives"]])
     t = Table(title=f"{data['name']}: {len(records)} trials")
     for h in ["trial", "state", *keys, *(f"{k} (no objective)" for k in others), "cost s", "front", "beats"]:

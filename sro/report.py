@@ -85,14 +85,24 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
     return data, records, info
 
 
+def drawn_axes(objectives: Sequence[tuple[str, str]]) -> tuple[str, str]:
+    """The front plot's x and y: the first two benchmarks, or the first one against cost."""
+    keys = [k for k, _ in objectives if k != "cost"]
+    return keys[0], keys[1] if len(keys) > 1 else "cost"
+
+
+def other_benchmarks(score_keys: Sequence[str], base: dict[str, float]) -> list[str]:
+    """Benchmarks the base model was scored on that are no objective: "beats the base model" reads them too,
+    so the trial tables (the report's, `sro show`'s) show them (stop 38)."""
+    return [k for k in base if k not in score_keys]
+
+
 def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], base: dict[str, float]) -> go.Figure:
     """The first two benchmarks (or the first one against cost): every complete trial, the Pareto front
     over *all* objectives ringed (the same trials as the table's front: a front recomputed on the two
     drawn axes disagreed with it for three or more objectives), and the base model (at cost 0)."""
-    keys = [k for k, _ in objectives if k != "cost"]
     done = [r for r in records if r.state == "complete"]
-    x_key = keys[0]
-    y_key = keys[1] if len(keys) > 1 else "cost"
+    x_key, y_key = drawn_axes(objectives)
     fig = go.Figure()
     if done:
         pts = np.array([[r.value(x_key), r.value(y_key)] for r in done])
@@ -164,8 +174,7 @@ def write_report(run_dir: str | Path) -> Path:
     fixed_keys = {k for r in records for k in r.recipe.fixed}
     params = sorted({k for r in records for k in r.recipe.values}
                     | {k for k in fixed_keys if len({repr(r.recipe.get(k)) for r in records}) > 1})
-    # a benchmark that is no objective still decides ✔ (beats the base model): shown too, marked (stop 38)
-    others = [k for k in base if k not in score_keys]
+    others = other_benchmarks(score_keys, base)
     header = (["trial", "state", "✔"] + score_keys + [f"{k} (no objective)" for k in others] + ["cost s", "samples"]
               + params)
     rows = []
@@ -182,7 +191,7 @@ def write_report(run_dir: str | Path) -> Path:
         cls = "front" if r.number in front else ("failed" if r.state in ("failed", "interrupted") else "")
         # text left-aligned, numbers right (a formatted float was a string, so numbers were left-aligned)
         rows.append(([(_fmt(c), isinstance(c, str) and i > 2) for i, c in enumerate(row)], cls))
-    drawn = score_keys[:2] if len(score_keys) > 1 else score_keys[:1] + ["cost"]
+    drawn = drawn_axes(objectives)
     front_note = ("no complete trial yet" if not any(r.state == "complete" for r in records) else
                   f"drawn: {' against '.join(drawn)}" + (f"; the front is over all {len(objectives)} objectives "
                                                          f"({', '.join(k for k, _ in objectives)})"
