@@ -151,6 +151,18 @@ class _ParityMix(_Mix):
         return [(_Parity(), it) for _, it in super().sample(n)]
 
 
+class _Right(_Digit):
+    """Every completion is right: every group's advantage is 0."""
+
+    def score(self, item, text):
+        return 1.0
+
+
+class _RightMix(_Mix):
+    def sample(self, n):
+        return [(_Right(), it) for _, it in super().sample(n)]
+
+
 @pytest.fixture(scope="module")
 def tiny():
     spec = TinySpec(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, vocab_size=270)
@@ -244,21 +256,12 @@ def test_the_overlong_penalty_shapes_the_advantage_not_the_logged_reward(tiny, m
 
     monkeypatch.setattr(grpo, "overlong_penalty", spread)
     _, tok = tiny
-
-    class Right(_Digit):
-        def score(self, item, text):
-            return 1.0
-
-    class RightMix(_Mix):
-        def sample(self, n):
-            return [(Right(), it) for _, it in super().sample(n)]
-
     norms = {}
     for buffer in (0, 3):
         cfg = config_for("grpo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 3,
                                   "overlong_buffer": buffer})
         torch.manual_seed(0)
-        m = GRPOTrainer(_model(tiny), tok, cfg, RightMix()).step()
+        m = GRPOTrainer(_model(tiny), tok, cfg, _RightMix()).step()
         assert m["reward"] == 1.0
         norms[buffer] = m["grad_norm"]
     assert norms[0] == 0.0 and norms[3] > 0 and calls == [(3, 3)]
@@ -443,18 +446,6 @@ def test_held_out_answers_cut_off_at_the_completion_length_are_counted_and_noted
 
 
 # ---------- the trainer's wiring of each term (a review, stop 38: each could be broken with every test passing) ----------
-
-class _Right(_Digit):
-    """Every completion is right: every group's advantage is 0."""
-
-    def score(self, item, text):
-        return 1.0
-
-
-class _RightMix(_Mix):
-    def sample(self, n):
-        return [(_Right(), it) for _, it in super().sample(n)]
-
 
 class _Spy:
     """A registry (POLICY_LOSSES, AGGREGATIONS) whose entries record the arguments they are called with."""
