@@ -279,6 +279,7 @@ def export(
     run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs/<name>")],
     trial: Annotated[int, typer.Option(help="trial number")],
     out: Annotated[Optional[Path], typer.Option(help="where to write (default: stdout)")] = None,
+    force: Annotated[bool, typer.Option("--force", help="overwrite --out if it exists")] = False,
 ) -> None:
     """Write one trial's recipe as a standalone YAML that `sro train` accepts."""
     from sro.report import _load
@@ -297,6 +298,12 @@ def export(
         doc["message"] = (r.message or "").splitlines()[0] if r.message else r.state
     text = yaml.safe_dump(doc, sort_keys=False)
     if out:
+        if out.is_dir():
+            _fail(f"cannot write {out}: it is a folder; pass --out a file path such as {out / f'trial{r.number}.yaml'}")
+            return
+        if out.exists() and not force:  # a mistyped --out must not replace a project file or another recipe
+            _fail(f"{out} exists; pass --force to overwrite it, or another --out")
+            return
         try:
             if (f := next((p for p in out.parents if p.exists()), None)) is not None and not f.is_dir():
                 _fail(f"cannot write {out}: {f} is a file, not a folder; pass --out a writable file path")

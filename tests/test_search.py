@@ -842,7 +842,12 @@ def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(mic
     said = "".join(r.stdout.split())  # (rich folds a long path mid-word at the terminal's width)
     assert "".join(f"note: {out} is trial 1's recipe (failed in its search: CUDA out of memory at step 3 [/dev/x]); "
                    "training it again".split()) in said, r.stdout
-    assert run_here("export", str(run_dir), "--trial", "0", "--out", str(out)).exit_code == 0
+    r = run_here("export", str(run_dir), "--trial", "0", "--out", str(out))  # not over trial 1's file unasked
+    assert r.exit_code == 2 and f"{out} exists; pass --force to overwrite it" in " ".join(r.stderr.split()), r.output
+    assert yaml.safe_load(out.read_text())["trial"] == 1
+    r = run_here("export", str(run_dir), "--trial", "0", "--out", str(tmp_path))
+    assert r.exit_code == 2 and "it is a folder; pass --out a file path" in " ".join(r.stderr.split()), r.output
+    assert run_here("export", str(run_dir), "--trial", "0", "--out", str(out), "--force").exit_code == 0
     assert "note:" not in run_here("train", str(out), "--runs", str(tmp_path / "runs")).stdout  # a complete one
     # a setting in both values: and fixed: (a hand edit): the one used is said (a review, stop 38)
     doc = yaml.safe_load(out.read_text())
