@@ -509,6 +509,8 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
         raise TrialCollapsed(trainer.collapse, cost(), curve)
     if trainer.collapse:  # kept training on purpose (stop_on_collapse false): scored, and flagged
         metrics["collapsed_at_samples"] = float(next(m["samples"] for m in curve if m.get("collapsed")))
+    # a source the recipe's filters emptied was dropped and its share drawn from the others: when, in prompts
+    metrics.update({f"source_exhausted/{key}": float(at) for key, at in mixture.exhausted.items()})
     notes = HeldOutNotes()
     scores = ctx.score(model, tok, notes=notes)
     metrics.update(notes.metrics(multi_turn=False))

@@ -256,7 +256,7 @@ def test_a_difficulty_band_draws_from_the_rated_items_round_and_round():
 
     rated = {f"q{i}" for i in range(RATED_ITEMS)}
     keep = lambda it: it.question in rated  # noqa: E731  (what the band's table knows)
-    with pytest.raises(RuntimeError, match="yields no item"):
+    with pytest.warns(RuntimeWarning, match="yields no item"), pytest.raises(RuntimeError, match="no source yields"):
         Mixture({"d": [Endless()]}, seed=0, keep=keep).sample(RATED_ITEMS + 1)
     drawn = [it.question for _, it in Mixture({"d": [Endless()]}, seed=0, keep=keep, period=RATED_ITEMS).sample(600)]
     assert set(drawn) == rated and drawn[:RATED_ITEMS] == [f"q{i}" for i in range(RATED_ITEMS)]
@@ -328,3 +328,31 @@ def test_mixture_weights_that_sum_to_zero_are_refused_when_the_mixture_is_made()
         Mixture({"d": [a], "e": [b]}, weights={"d": 0.0, "e": 0.0})
     with pytest.raises(ValueError, match="source weights for 'd' must be 2 values >= 0 with a positive sum"):
         Mixture({"d": [a, b]}, source_weights={"d": [0.0, 0.0]})
+
+
+def test_a_source_the_filters_empty_is_dropped_and_its_share_drawn_from_the_others():
+    """A source whose every item a recipe's filters drop failed the whole trial after 10,000 draws, however
+    many other sources its domain had (stop 38's note): it is dropped with a warning, its draws go to its
+    domain's other sources, a domain left without any to the other domains, and `exhausted` says when."""
+    short, ok, other = ListTask(["q 1"], "short"), ListTask(["q 22", "q 23"], "ok"), ListTask(["q 33"], "other")
+    keep = lambda it: it.question != "q 1"  # noqa: E731  (the filter empties `short`)
+    mix = Mixture({"d": [short, ok]}, seed=0, keep=keep)
+    with pytest.warns(RuntimeWarning, match=r"source jsonl:short\S* \(d\) yields no item .* from prompt 0 on"):
+        drawn = mix.sample(40)
+    assert {t.spec.key for t, _ in drawn} == {ok.spec.key} and len(drawn) == 40
+    assert mix.exhausted == {short.spec.key: 0} and mix.filtered == 10_000
+    weighted = Mixture({"d": [short, ok]}, seed=0, keep=keep, source_weights={"d": [3.0, 1.0]})
+    two = Mixture({"d": [short], "e": [other]}, seed=1, keep=keep)
+    for m in (weighted, two):  # a weighted source, and a domain left with no source at all
+        with pytest.warns(RuntimeWarning):
+            got = m.sample(30)
+        assert len(got) == 30 and m.exhausted == {short.spec.key: 0}, m.exhausted
+    assert {t.spec.key for t, _ in two.sample(5)} == {other.spec.key}
+    stuck = Mixture({"d": [short, ok]}, seed=0, keep=keep, source_weights={"d": [1.0, 0.0]})
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match=r"no source yields .* \(exhausted: jsonl:short"):
+        stuck.sample(1)  # `ok` has weight 0: nothing is left to draw from
+    late = Mixture({"d": [ListTask(["q 5"], "late"), ok]}, seed=0,
+                   keep=lambda it: it.question != "q 5" or late.drawn < 3)
+    with pytest.warns(RuntimeWarning, match="from prompt"):
+        late.sample(20)
+    assert [k.split(":")[1] for k in late.exhausted] == ["late"] and list(late.exhausted.values())[0] >= 3

@@ -616,3 +616,26 @@ def test_a_recipes_seed_orders_its_data_too(micro_project, tmp_path, monkeypatch
         with pytest.raises(Stop):
             ex.run_trial(Recipe(values, {"algorithm": "grpo", "max_new_tokens": 4}), ctx)
     assert seen == [ctx.project.seed, 3, 4]
+
+
+@pytest.mark.slow
+def test_a_source_the_recipes_filters_empty_is_recorded_and_the_trial_trains_on(micro_project, tmp_path):
+    """A domain whose second source the recipe's length band empties trained on its first source and
+    says so in the trial's metrics (until stop 39 the whole trial failed after 10,000 draws)."""
+    import sro.executor as ex
+    from evaluators.sources import Item, SourceSpec, Task
+    from sro.recipe import Recipe
+
+    class Wordy(Task):  # every question longer than the band below
+        spec = SourceSpec("jsonl", "wordy.jsonl")
+
+        def item(self, idx: int) -> Item:
+            return Item("what is " + "one plus " * 40 + f"{idx}?", "0", self.spec.key)
+
+    ctx = ex.SearchContext.prepare(load_project(micro_project()), tmp_path / "cache", log=lambda s: None)
+    ctx.tasks["arithmetic"] = [*ctx.tasks["arithmetic"], Wordy()]
+    recipe = Recipe({"lr": 1e-3, "steps": 2, "group_size": 2, "prompts_per_step": 4},
+                    {"algorithm": "grpo", "max_new_tokens": 4, "proc.max_len": 200})
+    with pytest.warns(RuntimeWarning, match=r"source jsonl:wordy.jsonl\S* \(arithmetic\) yields no item"):
+        out = ex.run_trial(recipe, ctx)
+    assert len(out.curve) == 2 and out.metrics[f"source_exhausted/{Wordy.spec.key}"] >= 0, out.metrics

@@ -4,9 +4,13 @@ in order from each source, skipping any question that belongs to a held-out benc
 from __future__ import annotations
 
 import random
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 
 from evaluators.sources import Item, Task, normalize
+
+DRAWS = 10_000
+"""Draws in a row that a source may spend on held-out or filtered items before it is dropped."""
 
 
 class Mixture:
@@ -41,10 +45,15 @@ class Mixture:
         what a filter knows about, the difficulty band's rated items (`trainers.processing.RATED_ITEMS`)."""
         self.skipped = 0
         self.filtered = 0
+        self.drawn = 0
+        self.exhausted: dict[str, int] = {}
+        """Sources dropped because they yield no item the filters keep: source key → prompts drawn by then."""
 
-    def _next(self, domain: str, k: int) -> Item:
+    def _next(self, domain: str, k: int) -> Item | None:
+        """The next item of source k of `domain` that is outside the held-out benchmarks and kept by the
+        filter; None when 10,000 draws in a row found none (the source is then `exhausted`)."""
         task = self.tasks[domain][k]
-        for _ in range(10_000):
+        for _ in range(DRAWS):
             idx = self.cursor.get((domain, k), 0)
             self.cursor[(domain, k)] = idx + 1
             item = task.item(idx % self.period if self.period else idx)
@@ -54,15 +63,42 @@ class Mixture:
                 self.filtered += 1
             else:
                 return item
-        raise RuntimeError(f"source {task.spec.key} yields no item that is both outside the held-out benchmarks "
-                           "and kept by the recipe's processing filters in 10000 draws; widen its config or "
-                           "the filter bands (proc.*)")
+        self.exhausted[task.spec.key] = self.drawn
+        warnings.warn(f"source {task.spec.key} ({domain}) yields no item that is both outside the held-out "
+                      f"benchmarks and kept by the recipe's processing filters in {DRAWS} draws; its share goes to "
+                      f"the other sources from prompt {self.drawn} on", RuntimeWarning, stacklevel=3)
+        return None
+
+    def _live(self, domain: str) -> list[float]:
+        """Source weights of `domain` with the exhausted sources at 0."""
+        sw = self.source_weights.get(domain) or [1.0] * len(self.tasks[domain])
+        return [0.0 if t.spec.key in self.exhausted else w for t, w in zip(self.tasks[domain], sw)]
 
     def sample(self, n: int) -> list[tuple[Task, Item]]:
+        """n (task, item) pairs. A source that yields nothing the filters keep is dropped (`exhausted`) and
+        its draws go to its domain's other sources, a domain left without any to the other domains; with
+        no source left, RuntimeError."""
         doms = self.rng.choices(self.domains, weights=[self.weights[d] for d in self.domains], k=n)
         out = []
         for d in doms:
-            sw = self.source_weights.get(d)
-            k = self.rng.choices(range(len(sw)), weights=sw)[0] if sw else self.rng.randrange(len(self.tasks[d]))
-            out.append((self.tasks[d][k], self._next(d, k)))
+            while True:
+                sw = self._live(d)
+                if sum(sw) <= 0 or self.weights[d] <= 0:  # the domain is dry: another one by weight
+                    live = [x for x in self.domains if self.weights[x] > 0 and sum(self._live(x)) > 0]
+                    if not live:
+                        raise RuntimeError(
+                            f"no source yields an item that is both outside the held-out benchmarks and kept by "
+                            f"the recipe's processing filters (exhausted: {', '.join(self.exhausted)}); widen "
+                            "their configs or the filter bands (proc.*)")
+                    d = self.rng.choices(live, weights=[self.weights[x] for x in live])[0]
+                    continue
+                if self.source_weights.get(d) or self.exhausted:
+                    k = self.rng.choices(range(len(sw)), weights=sw)[0]
+                else:  # uniform, as drawn before any source ran dry
+                    k = self.rng.randrange(len(self.tasks[d]))
+                item = self._next(d, k)
+                if item is not None:
+                    break
+            out.append((self.tasks[d][k], item))
+            self.drawn += 1
         return out
