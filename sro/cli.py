@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from sro import yaml_strict
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="SRO: search post-training recipes for language models.")
@@ -296,7 +297,7 @@ def export(
     doc = {"project": data, "recipe": r.recipe.to_dict(), "scores": r.scores, "trial": r.number, "state": r.state}
     if r.state != "complete":  # its scores are a partial training's, or none (a pruned, stopped or failed trial)
         doc["message"] = (r.message or "").splitlines()[0] if r.message else r.state
-    text = yaml.safe_dump(doc, sort_keys=False)
+    text = yaml_strict.safe_dump(doc, sort_keys=False)
     if out:
         if out.is_dir():
             _fail(f"cannot write {out}: it is a folder; pass --out a file path such as {out / f'trial{r.number}.yaml'}")

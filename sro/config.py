@@ -485,8 +485,6 @@ def _explain(err: dict[str, Any]) -> str:
 
 
 EXPORT_HOW = "write one with `sro export RUN --trial N --out FILE`"
-_YAML11_FLOAT = re.compile(r"\s*[-+]?\d+(\.\d*)?[eE][-+]?\d+\s*")
-"""A float PyYAML reads as text (YAML 1.1 wants a dot and a signed exponent: `1e-4`, `5e3`)."""
 
 
 def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str, Any]:
@@ -510,10 +508,6 @@ def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str,
                                                   for k in ("values", "fixed")):  # a list under fixed: was a traceback
         raise ConfigError(f"{where}: recipe: must be a mapping with `values:` (and `fixed:`), each a mapping, "
                           "as `sro export` writes it")
-    for part in ("values", "fixed"):  # `lr: 1e-4` written by hand: PyYAML (YAML 1.1) reads a float without a dot
-        for k, v in list((doc["recipe"].get(part) or {}).items()):  # as text; the number it spells, as space.yaml
-            if isinstance(v, str) and _YAML11_FLOAT.fullmatch(v):  # and start recipes read it (stop 38)
-                doc["recipe"][part][k] = float(v)
     extra = sorted(str(k) for k in set(doc["recipe"]) - {"values", "fixed"})
     if extra:  # `fixd:` was ignored, and every fixed setting of the trial fell back to the defaults (stop 38)
         near = difflib.get_close_matches(extra[0], ["values", "fixed"], n=1)

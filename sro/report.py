@@ -17,6 +17,7 @@ from evaluators.files import write_whole
 from sro.ledger import TrialRecord
 from sro.pareto import front_numbers
 from sro.pruning import saved_budget
+from sro import yaml_strict
 
 _PAGE = Template(autoescape=True, source="""<!doctype html>
 <html><head><meta charset="utf-8"><title>SRO report: {{ name }}</title>
@@ -60,7 +61,7 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
         hint = f"; its run folders: {', '.join(runs[:5])}" if runs else "; is it a folder written by `sro search`?"
         raise FileNotFoundError(f"{run_dir} has no project.yaml{hint}")
     try:
-        data = yaml.safe_load(proj_path.read_text())
+        data = yaml_strict.safe_load(proj_path.read_text())
         project = ProjectConfig.model_validate(data)
     except (yaml.YAMLError, ValidationError) as e:  # e.g. cut short by a kill while it was written
         first = str(e).strip().splitlines()[0]

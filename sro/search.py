@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import optuna
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -36,6 +35,7 @@ from sro.pruning import Pruner, TrialPruned, pruned_cost, training_seconds
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
 from sro.start_recipes import next_start, start_recipes
+from sro import yaml_strict
 from trainers.algorithms import RecipeValueError
 from trainers.grpo import GRPOConfig
 from trainers.models import pick_device
@@ -458,7 +458,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                       f"{more}); no trial there holds a score, so the study takes it as it is now",
                       highlight=False)
     # atomic: a kill while it is written must not leave the run's project unreadable
-    write_whole(run_dir / "project.yaml", yaml.safe_dump(project.portable_dump(), sort_keys=False))
+    write_whole(run_dir / "project.yaml", yaml_strict.safe_dump(project.portable_dump(), sort_keys=False))
     history = ledger.records()
     done = [r for r in history if r.finished]
     if done:

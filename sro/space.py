@@ -36,7 +36,7 @@ class Param:
     def __post_init__(self) -> None:
         where = f"parameter {self.name!r}"
         if self.kind in ("float", "int"):
-            for end in ("low", "high"):  # YAML reads `1e-5` (no dot) as text: take any number it spells
+            for end in ("low", "high"):  # a bound given as text (a dict built in Python): any number it spells
                 v = getattr(self, end)
                 if v is None or isinstance(v, bool):
                     continue
@@ -119,7 +119,7 @@ class Simplex:
         return [math.exp(-float(weights[m])) for m in self.members]
 
 
-class _PlainDumper(yaml.SafeDumper):
+class _PlainDumper(yaml_strict.Dumper):
     """SafeDumper that writes a shared object out again wherever it occurs, never as an alias."""
 
     def ignore_aliases(self, data: Any) -> bool:
@@ -161,8 +161,8 @@ class RecipeSpace:
             if p.name not in values or not self.is_active(p, out):
                 continue
             v = values[p.name]
-            if p.kind in ("float", "int") and isinstance(v, str):  # `lr: 1e-4` in YAML is text (PyYAML wants a
-                try:  # dot), as a space.yaml bound of that spelling is read (a review, stop 37)
+            if p.kind in ("float", "int") and isinstance(v, str):  # a number given as text (an LLM's answer, a
+                try:  # dict built in Python; SRO's YAML reader takes `1e-4` as a number), as a bound is read
                     v = float(v) if math.isfinite(float(v)) else v
                 except ValueError:
                     pass

@@ -1,14 +1,28 @@
-"""YAML for the files a person writes (project, space.yaml, recipe files): PyYAML's safe loader, except that a
-key given twice in one mapping is an error. PyYAML keeps the last value silently, so a second `math:` domain
-replaced the first without a word, and its objectives then named a benchmark "that does not exist" (a review,
-stop 37). The error is a `yaml.YAMLError` with its line, as a syntax error is."""
+"""YAML for the files a person writes (project, space.yaml, recipe files): PyYAML's safe loader, except that
+
+- a key given twice in one mapping is an error. PyYAML keeps the last value silently, so a second `math:`
+  domain replaced the first without a word, and its objectives then named a benchmark "that does not exist"
+  (a review, stop 37). The error is a `yaml.YAMLError` with its line, as a syntax error is;
+- `1e-4`, `5e3` and `1.5e4` are numbers, as in YAML 1.2 and every other reader. PyYAML implements YAML 1.1,
+  whose floats need a dot and a signed exponent, and read them as text: `lr: 1e-4` in a recipe file, a
+  space.yaml bound or a categorical's choices reached the trainer as the string '1e-4' (each reader had its
+  own conversion until stop 39).
+
+`safe_dump` writes what `safe_load` reads back the same: a string that reads as such a number is quoted.
+"""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
 from yaml.constructor import ConstructorError
+
+FLOAT_12 = re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$")
+"""An exponent float of YAML 1.2 (`1e-4`, `5e3`, `1.5e4`, `.5e4`), which YAML 1.1's float pattern misses; the
+forms it has (`1.0e-4`, `0.5`, `.inf`) are read as PyYAML reads them."""
+_FLOAT = "tag:yaml.org,2002:float"
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -32,6 +46,21 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+UniqueKeyLoader.add_implicit_resolver(_FLOAT, FLOAT_12, list("-+0123456789."))
+
+
+class Dumper(yaml.SafeDumper):
+    """`yaml.SafeDumper` that quotes a string `safe_load` would read as a number (`'1e3'`)."""
+
+
+Dumper.add_implicit_resolver(_FLOAT, FLOAT_12, list("-+0123456789."))
+
+
 def safe_load(text: str) -> Any:
-    """`yaml.safe_load`, with a repeated key an error."""
+    """`yaml.safe_load`, with a repeated key an error and `1e-4` a number."""
     return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 (a SafeLoader subclass)
+
+
+def safe_dump(data: Any, **kw: Any) -> str:
+    """`yaml.safe_dump` to text that `safe_load` reads back as `data`."""
+    return yaml.dump(data, Dumper=Dumper, **kw)

@@ -105,7 +105,7 @@ def test_a_nan_or_infinite_setting_is_named_before_training():
             ("grpo", {"steps": 0}, ("steps",), "R.steps must be >= 1 (got 0)"),
             ("grpo", {"lr": "fast"}, ("lr",), "R.lr='fast' must be a number"),
             ("grpo", {"eps": "x"}, ("eps",), "R.eps='x' must be a number"),
-            ("grpo", {"lr": "1e-4"}, ("lr",), "R.lr='1e-4' must be a number (YAML reads 1e-4 as text; write 0.0001)"),
+            ("grpo", {"lr": "1e-4"}, ("lr",), "R.lr='1e-4' must be a number (it is text: quoted in the YAML? write 1e-4 without quotes)"),
             ("grpo", {"distill.teacher": "oracle"}, ("distill.teacher",), "R.distill.teacher must be one of"),
             ("grpo", {"dynamic_sampling": "yes"}, ("dynamic_sampling",), "R.dynamic_sampling='yes' must be true or false"),
             # one value per message, with what was given (they were merged: "beta, eps_low, eps_high must be >= 0

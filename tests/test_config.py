@@ -468,3 +468,29 @@ def test_a_negative_or_unitless_budget_says_so(text, message):
     """Both read 'cannot parse budget' with the list of units (a review, stop 38)."""
     with pytest.raises(BudgetError, match=re.escape(message)):
         Budget.parse(text)
+
+
+def test_exponent_floats_read_as_numbers_in_every_file_a_person_writes(micro_project, tmp_path):
+    """PyYAML (YAML 1.1) read `1e-4` as the text '1e-4': a space.yaml categorical `choices: [1e-4, 3e-4]` gave
+    the trainer the string (the trial failed on "must be a number"), and the recipe file, the space's bounds
+    and the trainer's hint each had their own conversion until stop 39. `sro.yaml_strict` reads YAML 1.2's
+    exponent floats as numbers, and its dumper quotes a string that would read as one, so a file written and
+    read back is the same data."""
+    from sro import yaml_strict
+    from sro.space import RecipeSpace
+
+    got = yaml_strict.safe_load("a: 1e-4\nb: 5e3\nc: 1.5e4\nd: .5e4\ne: -2E+3\nf: 1.0e-4\ng: '1e3'\n"
+                                "h: [x1e3, 1e, e5, 12, 0.5, .inf]\n")
+    assert got == {"a": 1e-4, "b": 5000.0, "c": 15000.0, "d": 5000.0, "e": -2000.0, "f": 1e-4, "g": "1e3",
+                   "h": ["x1e3", "1e", "e5", 12, 0.5, float("inf")]}
+    assert all(type(got[k]) is float for k in "abcdef") and type(got["h"][3]) is int
+    assert yaml.safe_load("a: 1e-4") == {"a": "1e-4"}  # PyYAML's own loader is left as it is
+    data = {"s": "1e3", "t": "2.5e-4", "n": 1e-4, "u": "x"}
+    text = yaml_strict.safe_dump(data, sort_keys=False)
+    assert "'1e3'" in text and "'2.5e-4'" in text and yaml_strict.safe_load(text) == data
+    space = RecipeSpace.from_yaml("params:\n  lr: {kind: categorical, choices: [1e-4, 3e-4]}\n"
+                                  "  beta: {kind: float, low: 1e-3, high: 1e-1, log: true}\n")
+    assert space.param("lr").choices == [1e-4, 3e-4] and space.param("beta").low == 1e-3
+    assert RecipeSpace.from_yaml(space.to_yaml()).to_dict() == space.to_dict()
+    path = micro_project("expo", "start_recipes:\n  - {values: {lr: 5e-4, steps: 2}}\n")
+    assert load_project(path).start_recipes[0]["values"]["lr"] == 5e-4

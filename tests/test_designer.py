@@ -402,9 +402,10 @@ def test_an_llm_designer_without_endpoint_or_key_is_refused_before_any_work(micr
 
 def test_llm_slow_endpoint_times_out_with_a_clear_message(llm, tmp_path):
     llm.script = [3.0]
+    catalog = build_catalog(_math_project())  # (outside the clock: 1.6 s on a loaded machine)
     t0 = time.monotonic()
     with pytest.raises(DesignerFailed, match=r"did not answer within 0.5s"):
-        design_llm(build_catalog(_math_project()), _llm_project(llm.url, timeout=0.5), tmp_path / "d")
+        design_llm(catalog, _llm_project(llm.url, timeout=0.5), tmp_path / "d")
     assert time.monotonic() - t0 < 3.0
 
 
@@ -412,9 +413,10 @@ def test_llm_timeout_bounds_the_whole_answer_not_each_read(llm, tmp_path):
     """An endpoint sending its answer in 20 pieces over 4 s, each within the 0.5 s timeout: the client's own
     timeout is per read, so design waited the 4 s (stop 37's note); designer.timeout_s is the whole wait."""
     llm.script = [("trickle", 4.0)]
+    catalog = build_catalog(_math_project())  # (outside the clock: 1.6 s on a loaded machine)
     t0 = time.monotonic()
     with pytest.raises(DesignerFailed, match=r"did not answer within 0.5s"):
-        design_llm(build_catalog(_math_project()), _llm_project(llm.url, timeout=0.5), tmp_path / "d")
+        design_llm(catalog, _llm_project(llm.url, timeout=0.5), tmp_path / "d")
     assert time.monotonic() - t0 < 2.0
 
 

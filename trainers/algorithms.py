@@ -271,13 +271,9 @@ def checked_value(key: str, v: Any, kind: str, choices: Sequence[Any] | None = N
     if kind in ("int", "float"):
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
             hint = ""
-            try:  # `lr: 1e-4` in a hand-written YAML: PyYAML reads a float without a dot as text
+            try:  # `steps: '31'`: quoted (SRO's YAML reader takes `1e-4` as a number, `sro.yaml_strict`)
                 if isinstance(v, str) and math.isfinite(float(v)):
-                    if re.fullmatch(r"\s*[-+]?\d+[eE][-+]?\d+\s*", v):
-                        mant, _, exp = repr(float(v)).partition("e")
-                        hint = f" (YAML reads {v} as text; write {mant if '.' in mant else mant + '.0'}{'e' + exp if exp else ''})"
-                    else:  # `steps: '31'`: quoted (the hint was "write 31.0", a review at stop 38)
-                        hint = f" (it is text: quoted in the YAML? write {v.strip()} without quotes)"
+                    hint = f" (it is text: quoted in the YAML? write {v.strip()} without quotes)"
             except ValueError:
                 pass
             raise RecipeValueError((key,), f"{key}={v!r} must be a number{hint}")
