@@ -46,14 +46,12 @@ class UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-UniqueKeyLoader.add_implicit_resolver(_FLOAT, FLOAT_12, list("-+0123456789."))
-
-
 class Dumper(yaml.SafeDumper):
     """`yaml.SafeDumper` that quotes a string `safe_load` would read as a number (`'1e3'`)."""
 
 
-Dumper.add_implicit_resolver(_FLOAT, FLOAT_12, list("-+0123456789."))
+for _cls in (UniqueKeyLoader, Dumper):  # the same numbers read and, as strings, quoted
+    _cls.add_implicit_resolver(_FLOAT, FLOAT_12, list("-+0123456789."))
 
 
 def safe_load(text: str) -> Any:

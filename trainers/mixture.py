@@ -83,7 +83,7 @@ class Mixture:
         for d in doms:
             while True:
                 sw = self._live(d)
-                if sum(sw) <= 0 or self.weights[d] <= 0:  # the domain is dry: another one by weight
+                if sum(sw) <= 0:  # the domain is dry: another one by weight
                     live = [x for x in self.domains if self.weights[x] > 0 and sum(self._live(x)) > 0]
                     if not live:
                         raise RuntimeError(
