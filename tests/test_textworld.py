@@ -71,8 +71,13 @@ def test_full_text_mode_and_number_choices(task):
     k = st.admissible.index(st.walkthrough[0]) + 1
     assert resolve_action(f"{k}\n", st.admissible) == st.walkthrough[0]
     assert resolve_action("²", st.admissible) == "²"  # a digit str.isdigit accepts and int() refuses: a command
-    _, reward, term, trunc, info = env.step(str(k))
-    assert info["step"].valid and not trunc
+    obs_k, reward, term, trunc, info = env.step(str(k))
+    assert info["step"].valid and not trunc and info["command"] == st.walkthrough[0]
+    env.close()
+    env = TextWorldEnv(task.game_path(0), EnvSettings(max_steps=3, obs_mode="full"))
+    env.reset()
+    obs_cmd, *_ = env.step(st.walkthrough[0])  # the game itself is sent the command the number names
+    assert obs_k == obs_cmd and "not a verb" not in obs_k
     env.close()
 
 
@@ -298,3 +303,75 @@ def test_a_states_key_is_the_same_in_full_and_compact_mode():
         keys[mode] = (info["step"].state_key, after["step"].state_key)
         env.close()
     assert keys["full"] == keys["compact"] and " from " not in keys["full"][0], keys
+
+
+def test_a_lost_game_ends_the_episode_as_lost():
+    """Eating the recipe's ingredient loses a cooking game: the step terminates and `play` ends the episode as
+    "lost" there, not at the step limit (coin collector games cannot be lost, so no other test plays one)."""
+    from evaluators.textworld_env import ensure_game, game_settings
+
+    game = ensure_game("cooking", game_settings("cooking", {"recipe": 1, "take": 1, "go": 1, "open": True}),
+                       1_000_000_007)
+    plan = iter(["open fridge", "take cilantro from fridge", "eat cilantro"])
+    res = play(TextWorldEnv(game, EnvSettings(max_steps=20)), lambda o, s: next(plan))
+    assert res == EpisodeResult(False, 1 / 3, 3, 0, "lost"), res  # the cilantro taken scored 1 of 3
+
+
+def test_rewards_are_score_changes_and_the_state_key_tells_a_shut_door():
+    """On a generated two-room cooking game: each step's reward is the change of score (they sum to the final
+    score, the walk scores 0, 0, 0, 1, 1, 1), and the real rendering's key carries the game's id and tells the
+    pantry with its door shut from the pantry with it open."""
+    from evaluators.textworld_env import ensure_game, game_settings
+
+    game = ensure_game("cooking", game_settings("cooking", {"recipe": 1, "take": 1, "go": 6, "open": True}),
+                       1_000_000_007)
+    env = TextWorldEnv(game, EnvSettings(max_steps=30), game_id="g7")
+    _, info = env.reset()
+    walk, start = info["step"].walkthrough, info["step"].state_key
+    assert walk[0] == "open frosted-glass door" and start.startswith("g7:pantry|") and "|shut:frosted-glass door" in start
+    rewards, keys = [], []
+    for cmd in walk:
+        _, reward, term, _, info = env.step(cmd)
+        rewards.append(reward)
+        keys.append(info["step"].state_key)
+    env.close()
+    assert rewards == [0.0, 0.0, 0.0, 1.0, 1.0, 1.0] and term and info["step"].won
+    assert keys[0] == start.replace("|shut:frosted-glass door", "|shut:")
+
+
+def test_the_way_back_follows_admissible_moves_only_and_resets(task):
+    """The compact rendering's "back:" is the reverse of the last admissible move: an inadmissible "go" does
+    not change it, and reset() clears it."""
+    env = task.make_env(0)
+    obs, info = env.reset()
+    go = next(c for c in info["step"].admissible if c.startswith("go "))
+    bad = next(f"go {d}" for d in ("north", "south", "east", "west") if f"go {d}" not in info["step"].admissible)
+    assert "back: -" in env.step(bad)[0]
+    obs = env.step(go)[0]
+    back = obs.split("back: ")[1].split(" |")[0]
+    assert back not in ("-", go[3:]) and f"back: {back}" in env.step("go up")[0]
+    assert "back: -" in env.reset()[0]
+    env.close()
+
+
+def test_a_cooking_goal_names_each_ingredient_as_the_recipe_prepares_it():
+    """The goal reads "<cut> <cooked> <ingredient>" per ingredient, in the recipe's order, from the game's
+    metadata ([name, cooking, cutting])."""
+    from evaluators.textworld_env import ensure_game, game_goal, game_settings
+
+    settings = game_settings("cooking", {"recipe": 2, "take": 2, "go": 1, "open": True, "cut": True, "cook": True})
+    game = ensure_game("cooking", settings, 1_000_000_007)
+    assert game_goal(game.with_suffix(".json")) == "eat meal of chopped fried banana, sliced fried carrot"
+
+
+def test_a_cached_game_missing_its_json_is_generated_again(tmp_path):
+    """The compact mode plays the game's .json: a cache holding the .z8 alone (a copy cut short) regenerates
+    both files rather than handing back a game that cannot start."""
+    from evaluators.textworld_env import ensure_game, game_settings
+
+    settings = game_settings("coin_collector", {"level": 1})
+    path = ensure_game("coin_collector", settings, 5, tmp_path)
+    path.with_suffix(".json").unlink()
+    assert ensure_game("coin_collector", settings, 5, tmp_path) == path and path.with_suffix(".json").is_file()
+    obs, _ = TextWorldEnv(path).reset()
+    assert obs.startswith("room: ")
