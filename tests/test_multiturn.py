@@ -221,6 +221,7 @@ def test_rollout_keeps_step_records_and_survives_env_crash(policy):
     tr = MultiTurnTrainer(model, tok, _cfg(), [CorridorTask(crash_at=2)])
     m = tr.step()  # every episode crashes at its 2nd step: logged failures, the trial goes on
     assert m["success"] == 0.0 and m["env_errors"] == 16 and len(tr.failures) == 16
+    assert m["samples"] == 0  # a crashed episode's steps are not trained on: the engine ended it, not the policy
 
 
 class _BrokenEngine(Corridor):
@@ -695,3 +696,73 @@ def test_proas_metrics_describe_the_graph_the_credit_used(policy, monkeypatch):
         assert m["deviations_per_failed"] == sum(deviations(v, pc.theta_v) for v in failed) / max(1, len(failed))
     assert all(v == pc.v_unk for e in seen[0] for v in e)  # the first iteration: an empty graph, no deviation
     assert m["graph_states"] == 2 and 0.0 <= m["graph_rule_agreement"] <= 1.0
+
+
+def test_a_step_records_the_command_the_env_ran_and_only_its_generated_tokens(policy, monkeypatch):
+    """A reply naming a choice by number is recorded (`Step.action`, the history's "> ...") as the command
+    it resolves to, which the reference graph keys on; with `history=1` the next prompt holds the last
+    observation and command only; a step's action ids are its generated tokens without the batch's padding."""
+    import trainers.multiturn as mt
+
+    real, rollouts = mt.generate, []
+    replies = iter([["1", "go west"], ["2", "go east"], ["take coin"]])
+
+    def scripted(*a, **k):
+        ro = real(*a, **k)
+        rollouts.append(ro)
+        ro.texts = next(replies)
+        return ro
+
+    monkeypatch.setattr(mt, "generate", scripted)
+    model, tok = load_policy(policy, "cpu")
+    a, b = play_episodes(model, tok, [Corridor(), Corridor()], ["a", "b"], greedy=False, max_new_tokens=8,
+                         history=1)
+    assert [s.action for s in a.steps] == ["go east", "take coin"] and a.turns[1] == "> go east"
+    assert [s.action for s in b.steps] == ["go west", "go east", "take coin"] and a.result.success
+    last = b.steps[2].prompt
+    assert "> go east" in last and "> go west" not in last and last.count("room: hall") == 1, last
+    made = [int(m.sum()) for ro in rollouts for m in ro.completion_mask]
+    assert min(made) < 8, "no reply was shorter than the longest: the padding is not exercised"
+    assert sorted(len(s.action_ids) for e in (a, b) for s in e.steps) == sorted(made)
+
+
+def test_the_score_reward_and_the_kl_term_reach_the_update(policy, monkeypatch):
+    """`mt.reward: score` rewards an episode's partial score where `success` gives 0; with β > 0 the k3 KL to
+    the base is in the loss itself: with zero advantages a drifted policy still gets a loss and a gradient."""
+    model, tok = load_policy(policy, "cpu")
+    tr = MultiTurnTrainer(model, tok, _cfg(reward="score"), [CorridorTask()])
+    eps = tr.rollout()
+    for e in eps:
+        e.result = EpisodeResult(False, 0.5, len(e.steps), 0, "step limit")
+    monkeypatch.setattr(tr, "rollout", lambda: eps)
+    assert tr.step()["reward"] == 0.5
+    tr.cfg = replace(tr.cfg, reward="success")
+    assert tr.step()["reward"] == 0.0
+    with_kl = MultiTurnTrainer(model, tok, MultiTurnConfig(replace(_cfg().base, beta=0.5)), [CorridorTask()])
+    with torch.no_grad():
+        next(with_kl.model.parameters()).add_(0.05 * torch.randn_like(next(with_kl.model.parameters())))
+    steps = eps[0].steps
+    loss, gn, kl = with_kl._update([s.prompt for s in steps], [s.action_ids for s in steps], [0.0] * len(steps))
+    assert kl > 0 and loss == pytest.approx(0.5 * kl, rel=0.05) and gn > 0
+
+
+def test_the_calibration_term_groups_steps_by_their_group_of_episodes(policy, monkeypatch):
+    """The calibration advantage is normalized over a group's episodes (the same game), not per episode:
+    16 episodes in groups of 8 give two group ids."""
+    import trainers.multiturn as mt
+
+    seen = []
+    real = mt.calibration_loss
+
+    def spy(logits, outcomes, groups):
+        seen.append(groups.tolist())
+        return real(logits, outcomes, groups)
+
+    monkeypatch.setattr(mt, "calibration_loss", spy)
+    model, tok = load_policy(policy, "cpu")
+    tr = MultiTurnTrainer(model, tok, _cfg(confidence=True, calib_weight=1.0, readout_steps=0), [CorridorTask()])
+    eps = tr.rollout()
+    monkeypatch.setattr(tr, "rollout", lambda: eps)
+    tr.step()
+    expected = [k // 8 for k, e in enumerate(eps) for _ in e.steps]
+    assert seen == [expected] and set(expected) == {0, 1}
