@@ -233,8 +233,8 @@ def test_a_trials_time_limit_leaves_room_for_its_set_up_and_its_scoring(micro_pr
     ctx = ex.SearchContext.prepare(load_project(micro_project("limit")), tmp_path / "cache", log=lambda s: None)
     assert ctx.score_s == 0.0
     ctx.score_base()
-    scoring_s = ctx.score_s
-    assert scoring_s > 0
+    assert ctx.score_s > 0
+    ctx.score_s = scoring_s = 500.0  # far longer than the load and SFT: a limit that skipped it could not pass
     limits: list[float | None] = []
     real = ex.GRPOTrainer
 
@@ -562,6 +562,9 @@ def test_a_recipe_whose_process_keeps_dying_is_given_up():
     assert search_mod._retry(ends(a, "interrupted: failed with an error that 3 trials in a row had", 3), space) == a
     assert search_mod._retry(ends(a, "interrupted: its worker stopped during the trial (OperationalError)", 3),
                              space) == a
+    # a worker found silent (its heartbeat stopped) died too; a recipe another worker is running is not retried
+    assert search_mod.crashed(ends(a, "interrupted: no heartbeat from elsewhere for 90 s", 3)) == {a.key: 3}
+    assert search_mod._retry(ends(a, died, 1) + [TrialRecord(1, "running", a)], space) is None
     assert search_mod._recipes_own("RuntimeError: [enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: "
                                    "can't allocate memory: you tried to allocate 123 bytes")
     assert not search_mod._recipes_own("OSError: model.safetensors: header is cut short")
@@ -639,3 +642,37 @@ def test_a_source_the_recipes_filters_empty_is_recorded_and_the_trial_trains_on(
     with pytest.warns(RuntimeWarning, match=r"source jsonl:wordy.jsonl\S* \(arithmetic\) yields no item"):
         out = ex.run_trial(recipe, ctx)
     assert len(out.curve) == 2 and out.metrics[f"source_exhausted/{Wordy.spec.key}"] >= 0, out.metrics
+
+
+def test_failures_in_a_row_are_the_same_error_when_only_their_numbers_differ():
+    """`_stop_if_repeating` on hand-made records: three failures whose errors differ only in numbers stop the
+    search and are put back, except a recipe already put back once; two kinds of error among the last three,
+    or fewer than three failures, go on."""
+    import sro.search as search_mod
+    from sro.ledger import TrialRecord
+    from sro.recipe import Recipe
+    from sro.space import RecipeSpace
+
+    space = RecipeSpace.from_yaml(SPACE.format(fixed="seed: 1"))
+    a, b, c = (Recipe(v, dict(space.fixed)) for v in space.sobol(3, seed=0))
+
+    class Book:
+        put_back: list[int] = []
+
+        def requeue(self, numbers, why):
+            self.put_back = list(numbers)
+
+    def failed(n, recipe, message):
+        return TrialRecord(n, "failed", recipe, message=message)
+
+    oom = [failed(0, a, "OSError: read 12 of 4096 bytes"), failed(1, b, "OSError: read 7 of 2.5 bytes"),
+           failed(2, c, "OSError: read 0 of 10 bytes")]
+    earlier = [TrialRecord(9, "interrupted", a, message=f"interrupted: {search_mod.REQUEUED_NOTE} 3 trials had"),
+               TrialRecord(8, "interrupted", b, message="interrupted: its process died")]
+    book = Book()
+    with pytest.raises(search_mod.RepeatedFailure, match="trial\\(s\\) 1, 2 run again first"):
+        search_mod._stop_if_repeating(book, oom, oom + earlier)
+    assert book.put_back == [1, 2]  # a's recipe was put back once already; b's died, which is no put-back
+    mixed = [*oom[:2], failed(3, c, "ValueError: bad lr 0.1")]
+    assert search_mod._stop_if_repeating(Book(), mixed, mixed) is None
+    assert search_mod._stop_if_repeating(Book(), oom[:2], oom[:2]) is None
