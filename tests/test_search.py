@@ -630,10 +630,14 @@ def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path, s
     assert "trial budget (2) is taken" in ledger.withdrawal
     assert [r.number for r in ledger.records()] == [0, 1]
     assert ledger.spent().trials == 1 and ledger.spent().running == 1
-    # an exception no path recorded: the search's `finally` releases the trial as interrupted (a retry)
+    # an exception no path recorded: the search's `finally` releases the trial as interrupted (a retry),
+    # what it had used by its last progress record spent
+    ledger.progress(running, [{"step": 1.0}], {"wall_s": 4.0, "tokens": 96.0})
     ledger.release(running, "its worker stopped during the trial (KeyError: 'x')")
-    assert [(r.state, r.message) for r in ledger.records()][1] == (
+    released = ledger.records()[1]
+    assert (released.state, released.message) == (
         "interrupted", "interrupted: its worker stopped during the trial (KeyError: 'x')")
+    assert released.cost == {"wall_s": 4.0, "tokens": 96.0} and ledger.spent().total("wall_s") >= 3.0 + 4.0
     assert not ledger._beats
     ledger.release(first, "nothing to do")  # a trial already recorded is left as it is
     assert ledger.records()[0].state == "complete"

@@ -502,6 +502,30 @@ def test_no_trial_starts_when_proposing_spent_the_rest_of_the_budget(micro_proje
     assert ran == [] and summary.trials == [] and "wall time spent" in summary.stop_reason
 
 
+def test_a_trials_seconds_count_once_against_the_wall_clock(micro_project, tmp_path, monkeypatch):
+    """A trial's wall seconds are its own cost; the worker's time is the rest (set-up, proposing, recording):
+    what the study spent is the search's elapsed time, not that plus each trial's seconds a second time."""
+    import sro.search as search_mod
+    from sro.executor import TrialOutcome
+    from sro.ledger import Ledger
+
+    def slow(recipe, ctx, **kw):
+        time.sleep(1.5)
+        return TrialOutcome({"arithmetic/add": 0.5}, {"wall_s": 1.5, "train_s": 1.5, "samples": 8.0, "tokens": 64.0})
+
+    monkeypatch.setattr(search_mod, "run_trial", slow)
+    runs = tmp_path / "runs"
+    (runs / "once").mkdir(parents=True)
+    (runs / "once" / "space.yaml").write_text(SPACE.format(fixed="seed: 4"))
+    project = load_project(micro_project("once"))
+    t0 = time.monotonic()
+    summary = run_search(project, Budget.parse("3trials"), runs, "random", Console(quiet=True))
+    elapsed = time.monotonic() - t0
+    assert [t.state for t in summary.trials] == ["complete"] * 3
+    spent = Ledger(project, runs / "once").spent().wall_s
+    assert 3 * 1.5 < spent <= elapsed + 0.05, (spent, elapsed)
+
+
 def test_the_same_error_in_trials_in_a_row_stops_the_search_and_runs_them_again_later(micro_project, tmp_path,
                                                                                       monkeypatch):
     """A model file cut short failed every recipe in 3 s and the search burnt its whole budget on failed
@@ -536,6 +560,22 @@ def test_the_same_error_in_trials_in_a_row_stops_the_search_and_runs_them_again_
     (runs / "oom" / "space.yaml").write_text(SPACE.format(fixed="seed: 2"))
     summary = run_search(load_project(micro_project("oom")), Budget.parse("3trials"), runs, "random", Console(quiet=True))
     assert [t.state for t in summary.trials] == ["failed"] * 3
+    # a trial that completes between two failures starts the count again
+    from sro.executor import TrialOutcome
+
+    script = iter([OSError("disk full"), None, OSError("disk full"), OSError("disk full"), None])
+
+    def flaky(recipe, ctx, **kw):
+        if (e := next(script)) is not None:
+            raise e
+        return TrialOutcome({"arithmetic/add": 0.5}, {"wall_s": 1.0, "train_s": 1.0, "samples": 8.0, "tokens": 64.0})
+
+    monkeypatch.setattr(search_mod, "run_trial", flaky)
+    (runs / "flaky").mkdir(parents=True)
+    (runs / "flaky" / "space.yaml").write_text(SPACE.format(fixed="seed: 3"))
+    summary = run_search(load_project(micro_project("flaky")), Budget.parse("5trials"), runs, "random",
+                         Console(quiet=True))
+    assert [t.state for t in summary.trials] == ["failed", "complete", "failed", "failed", "complete"]
 
 
 def test_a_recipe_whose_process_keeps_dying_is_given_up():
