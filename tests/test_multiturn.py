@@ -673,6 +673,11 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     # the training task knows the held-out games, and plays none of them
     assert ctx.tasks["agent"][0].exclude == ctx.benchmarks["agent/coin"].task.signatures()
     assert ctx.overlap == {"agent/coin": 0.0}
+    # the multi-turn trainer has no failure clock: a non-finite loss fails the trial at that step
+    real_step = MultiTurnTrainer.step
+    monkeypatch.setattr(MultiTurnTrainer, "step", lambda self: {**real_step(self), "loss": float("nan")})
+    with pytest.raises(executor_mod.TrialFailed, match="training diverged at step 1"):
+        run_trial(recipe, ctx)
 
 
 def test_proas_metrics_describe_the_graph_the_credit_used(policy, monkeypatch):
