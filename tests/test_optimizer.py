@@ -299,7 +299,7 @@ def test_running_trials_of_other_workers_are_pending_points() -> None:
     first = BoTorchProposer(space, seed=0, objectives=objectives).propose(recs, 1)[0]
     dist = {}
     for state in ("failed", "pruned", "running", "key_only"):
-        p = BoTorchProposer(space, seed=0, objectives=objectives, max_running=0 if state == "key_only" else 16)
+        p = BoTorchProposer(space, seed=0, objectives=objectives, max_ended=0 if state == "key_only" else 16)
         seen: list = []
         acq = p._acquisition
         p._acquisition = lambda m, X, Y, pend, max_pending=0, X_ended=None, acq=acq: (

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 
 from sro.ledger import TrialRecord
@@ -93,10 +94,10 @@ def test_encode_latest_keeps_the_latest_max_running_records() -> None:
     vals = [{"x": 0.1, "y": 0.1}, {"x": 0.2, "y": 0.2}, {"x": 0.3, "y": 0.3}, {"x": 0.4, "y": 0.4}]
     running = [TrialRecord(10 + i, "running", Recipe(v)) for i, v in enumerate(vals)]
     running.insert(2, TrialRecord(20, "running", Recipe({"_trial": 20})))  # no recipe yet: skipped
-    got = p._encode_latest(running)
+    got = p._encode_latest(running, 2)
     assert torch.allclose(got, p.encoder.encode_many(vals[2:]))
-    assert p._encode_latest(running[:1]).shape == (1, 2) and p._encode_latest([]) is None
-    assert _fast(space, max_running=0)._encode_latest(running) is None  # none pending (values[-0:] is all)
+    assert p._encode_latest(running[:1], 2).shape == (1, 2) and p._encode_latest([], 2) is None
+    assert p._encode_latest(running, 0) is None  # none pending (values[-0:] is all)
     # through a proposal: the acquisition's pending points are the two latest running trials
     calls = _spy_acquisition(p)
     p.propose([*_complete(space, 8), *running], 1)
@@ -210,3 +211,29 @@ def test_the_model_is_used_from_exactly_n_init_complete_trials() -> None:
             assert fits == ([n_done] if model_used else []), (n_init, n_done)
             if not model_used:
                 assert [r.key for r in out] == [r.key for r in SobolProposer(space, seed=0).propose(recs, 1)]
+
+
+def test_max_running_and_max_ended_cap_their_own_trials() -> None:
+    """`max_running` caps the pending points and `max_ended` the ended trials in the baseline, each alone: no
+    pending points still leaves the ended trials in the baseline (until stop 42 `max_running` capped both)."""
+    space = _space()
+    vals = [{"x": 0.1, "y": 0.9}, {"x": 0.2, "y": 0.8}, {"x": 0.3, "y": 0.7}]
+    ended = [TrialRecord(10 + i, "pruned", Recipe(v)) for i, v in enumerate(vals)]
+    running = TrialRecord(20, "running", Recipe({"x": 0.9, "y": 0.1}))
+    for kw, n_pending, ended_rows in [({"max_running": 0}, 0, vals), ({"max_ended": 2}, 1, vals[1:]),
+                                      ({"max_ended": 0}, 1, None)]:
+        p = _fast(space, **kw)
+        calls = _spy_acquisition(p)
+        p.propose([*_complete(space, 8), *ended, running], 1)
+        pending, got = calls[0]["pending"], calls[0]["ended"]
+        assert (0 if pending is None else len(pending)) == n_pending, kw
+        if ended_rows is None:
+            assert got is None, kw
+        else:
+            assert torch.allclose(got, p.encoder.encode_many(ended_rows)), kw
+
+
+@pytest.mark.parametrize("kw", [{"max_running": -1}, {"max_ended": -2}])
+def test_negative_caps_are_refused(kw: dict[str, int]) -> None:
+    with pytest.raises(ValueError, match=next(iter(kw))):
+        _fast(_space(), **kw)

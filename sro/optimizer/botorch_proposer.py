@@ -125,6 +125,10 @@ class BoTorchProposer:
             so this proposal does not go where they already went. A trial left "running" by a worker
             that died stays pending until the ledger marks it interrupted (`Ledger.recover`: at once on
             its own host, after 10 silent heartbeat intervals from any other).
+        max_ended: at most this many of the history's trials that ended without a modelled result
+            (pruned, failed, collapsed, stopped; the latest) join the acquisition's baseline. Its own
+            cap: until stop 42 `max_running` capped these too, so `max_running=0` (no pending points)
+            also dropped every ended trial from the baseline.
     """
 
     def __init__(self, space: RecipeSpace, seed: int = 0, objectives: list[Objective] | None = None,
@@ -132,7 +136,10 @@ class BoTorchProposer:
                  chunk: int = 256, fit_iters: int = 60, refit_growth: float = 0.1, shortlist: int = 64,
                  refine: int = 4, refine_iters: int = 30, threads: int | None = 1,
                  extra: ExtraSource | None = None, ref_point: Mapping[str, float] | None = None,
-                 max_running: int = 16, screen_mean: float = 0.0) -> None:
+                 max_running: int = 16, screen_mean: float = 0.0, max_ended: int = 16) -> None:
+        for name, cap in (("max_running", max_running), ("max_ended", max_ended)):
+            if cap < 0:
+                raise ValueError(f"BoTorchProposer: {name} must be >= 0 (got {cap}); 0 leaves those trials out")
         for key, d in objectives or []:
             if d not in ("max", "min"):
                 raise ValueError(f"objective {key!r}: direction must be 'max' or 'min', got {d!r}")
@@ -159,6 +166,7 @@ class BoTorchProposer:
         self.refine_iters = refine_iters
         self.threads = threads
         self.max_running = max_running
+        self.max_ended = max_ended
         self.screen_mean = screen_mean
         self._warm: dict[str, Any] | None = None  # last fit's hyperparameters
         self.encoder = RecipeEncoder(space)
@@ -215,23 +223,24 @@ class BoTorchProposer:
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
             cands = [pool[int(i)] for i in keep]
             # trials other workers are running on a shared storage: pending, like the batch's own picks
-            X_run = self._encode_latest([r for r in history if r.state == "running"])
+            X_run = self._encode_latest([r for r in history if r.state == "running"], self.max_running)
             # trials that ended without a modelled result (pruned, failed, collapsed, stopped): in the baseline,
             # at the model's belief, so a candidate next to one adds little; without them the acquisition's
             # optimum stayed where it was, and the next proposal was the same recipe but for a digit past the
             # key's six (4 of 5 proposals after a pruned one, until stop 25)
             modelled = {r.number for r in done}
-            X_end = self._encode_latest([r for r in history if r.number not in modelled and r.state != "running"])
+            X_end = self._encode_latest([r for r in history if r.number not in modelled and r.state != "running"],
+                                       self.max_ended)
             picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run, X_end)
         out = [Recipe(cands[i], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
             out += self._sobol(len(history), n - len(out), seen | {r.key for r in out})
         return out
 
-    def _encode_latest(self, records: Sequence[TrialRecord]) -> torch.Tensor | None:
-        """The latest `max_running` of `records` whose recipes fit the space, encoded (R, D); None if none."""
+    def _encode_latest(self, records: Sequence[TrialRecord], cap: int) -> torch.Tensor | None:
+        """The latest `cap` of `records` whose recipes fit the space, encoded (R, D); None if none."""
         values = [r.recipe.values for r in records if self._fits(r.recipe.values)]
-        values = values[max(0, len(values) - self.max_running):]
+        values = values[max(0, len(values) - cap):]
         return self.encoder.encode_many(values) if values else None
 
     # --- 1) data ----------------------------------------------------------------------------------
