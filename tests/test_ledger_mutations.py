@@ -1,0 +1,240 @@
+"""Edges of the ledger that mutation testing found untested: the base scores a mended project drops, the
+claim of a recipe another worker holds, the adoption of a same-version space edit, and ties with the base model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from rich.console import Console
+
+from sro.config import ConfigError, load_project
+from sro.ledger import Ledger, TrialRecord, beats_base
+from sro.recipe import Recipe
+from sro.space import RecipeSpace
+
+PROJECT = """\
+name: {name}
+base_model: tiny
+seed: 0
+domains:
+  arithmetic:
+    sources:
+      - reasoning_gym: basic_arithmetic
+        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
+                 allow_parentheses: false}}
+    benchmarks:
+      - name: add
+        reasoning_gym: basic_arithmetic
+        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
+                 allow_parentheses: false}}
+        size: 24
+objectives:
+  - arithmetic/add: max
+  - cost: min
+budget: 2trials
+runtime: {{tiny_pretrain_steps: 30, threads: 2}}
+"""
+
+SPACE = """\
+version: {version}
+designer: test
+fixed: {{algorithm: grpo, max_new_tokens: 4}}
+params:
+  lr: {{kind: float, low: 0.001, high: 0.003, log: true, why: small}}
+  group_size: {{kind: int, low: 4, high: 4, why: fixed}}
+  prompts_per_step: {{kind: int, low: 4, high: {high}, why: small}}
+  steps: {{kind: int, low: 2, high: 3, why: short}}
+"""
+
+
+def _project(tmp_path: Path, name: str) -> Path:
+    """A project file that no test here trains: no model is built, only its study is opened."""
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(PROJECT.format(name=name))
+    return path
+
+
+def _space(version: int = 1, high: int = 6) -> RecipeSpace:
+    return RecipeSpace.from_yaml(SPACE.format(version=version, high=high))
+
+
+def _recipes(space: RecipeSpace, n: int) -> list[Recipe]:
+    return [Recipe(v, dict(space.fixed)) for v in space.sobol(n, seed=0)]
+
+
+# --- 1. `_check_scored_on`: a study that holds no score takes a mended project, its base scores dropped -----
+
+def test_a_mended_project_of_a_study_without_scores_drops_the_stored_base_scores(tmp_path):
+    """The base model's scores were measured on the old benchmarks: a study that takes the mended project (its
+    benchmark size changed, no trial scored) must drop them, so the search scores the base model again; the
+    same project keeps them; the study's `scored_on` is the mended one's after (reopened without a word)."""
+    path, run_dir = _project(tmp_path, "mend"), tmp_path / "mend"
+    ledger = Ledger(load_project(path), run_dir)
+    ledger.put("base_scores", {"arithmetic/add": 0.25})
+    space = _space()
+    t = ledger.start(_recipes(space, 1)[0], space)
+    ledger.fail(t, "CUDA out of memory", {"wall_s": 1.0}, [])  # failed, no score: nothing to compare
+    same = Ledger(load_project(path), run_dir)
+    assert not same.changed and same.get("base_scores") == {"arithmetic/add": 0.25}  # unchanged: kept
+    path.write_text(PROJECT.format(name="mend").replace("size: 24", "size: 12"))
+    mended = Ledger(load_project(path), run_dir)
+    assert mended.changed and "size: 24 → 12" in mended.changed[0], mended.changed
+    assert mended.get("base_scores") is None  # scored on 24 items, not the 12 now asked for
+    again = Ledger(load_project(path), run_dir)
+    assert not again.changed and again.get("base_scores") is None
+
+
+def test_a_study_with_a_score_keeps_its_base_scores_and_refuses_the_change(tmp_path):
+    """The other side of the rule: once a trial holds a score the change is refused and nothing is reset."""
+    path, run_dir = _project(tmp_path, "kept"), tmp_path / "kept"
+    ledger = Ledger(load_project(path), run_dir)
+    ledger.put("base_scores", {"arithmetic/add": 0.25})
+    space = _space()
+    t = ledger.start(_recipes(space, 1)[0], space)
+    ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 1.0}, [])
+    path.write_text(PROJECT.format(name="kept").replace("size: 24", "size: 12"))
+    with pytest.raises(ConfigError, match="scored with another project"):
+        Ledger(load_project(path), run_dir)
+    path.write_text(PROJECT.format(name="kept"))
+    assert Ledger(load_project(path), run_dir).get("base_scores") == {"arithmetic/add": 0.25}
+
+
+# --- 2. `Ledger.start`: a rival claim of the same recipe, and rivals in the trial budget ----------------------
+
+def test_a_claim_of_a_recipe_another_worker_is_training_is_withdrawn(tmp_path):
+    """Two workers on one storage: the second claim of a recipe the first is still training is withdrawn
+    (not trained twice), and the withdrawn claim is no record; another recipe is claimed as usual."""
+    project, run_dir = load_project(_project(tmp_path, "rival")), tmp_path / "rival"
+    a, b = Ledger(project, run_dir), Ledger(project, run_dir)
+    space = _space()
+    first, second = _recipes(space, 2)
+    mine = a.start(first, space)
+    assert mine is not None
+    assert b.start(first, space) is None
+    assert b.withdrawal == "trial 0 already has this recipe (another worker)"
+    assert b.start(first, space, max_trials=5) is None  # the rival is named first, whatever the budget
+    assert b.withdrawal == "trial 0 already has this recipe (another worker)"
+    theirs = b.start(second, space)
+    assert theirs is not None and theirs.number == 3  # numbers 1 and 2 were the withdrawn claims
+    assert [(r.number, r.state) for r in a.records()] == [(0, "running"), (3, "running")]
+    a.finish(mine, {"arithmetic/add": 0.5}, {"wall_s": 1.0}, [])
+    b.fail(theirs, "diverged", {"wall_s": 1.0}, [])
+    for recipe, rival in ((first, 0), (second, 3)):  # finished (complete or failed): never run again
+        assert a.start(recipe, space) is None and a.withdrawal == f"trial {rival} already has this recipe (another worker)"
+
+
+@pytest.mark.parametrize("state, retried", [("interrupted", True), ("stopped", True), ("pruned", False),
+                                            ("collapsed", False)])
+def test_only_an_interrupted_or_budget_stopped_record_may_be_claimed_again(tmp_path, state, retried):
+    """An interrupted or budget-stopped record of a recipe is what a retry reruns, not a rival claim; a pruned
+    or collapsed one ended for good."""
+    project, run_dir = load_project(_project(tmp_path, "retry")), tmp_path / "retry"
+    ledger = Ledger(project, run_dir)
+    space = _space()
+    recipe = _recipes(space, 1)[0]
+    t = ledger.start(recipe, space)
+    if state == "interrupted":
+        ledger.interrupt(t, [], {"wall_s": 1.0})
+    else:
+        ledger.end_early(t, state, {"arithmetic/add": 0.1}, {"wall_s": 1.0}, [])
+    assert ledger.records()[0].state == state
+    again = ledger.start(recipe, space)
+    if retried:
+        assert again is not None, ledger.withdrawal
+        ledger.finish(again, {"arithmetic/add": 0.5}, {"wall_s": 1.0}, [])
+    else:
+        assert again is None and ledger.withdrawal == "trial 0 already has this recipe (another worker)"
+
+
+def test_the_trial_budget_counts_other_workers_running_trials_but_not_withdrawn_claims(tmp_path):
+    project, run_dir = load_project(_project(tmp_path, "cap")), tmp_path / "cap"
+    a, b = Ledger(project, run_dir), Ledger(project, run_dir)
+    space = _space()
+    recipes = _recipes(space, 4)
+    running = a.start(recipes[0], space, max_trials=2)  # still training in worker a
+    assert b.start(recipes[0], space, max_trials=2) is None  # a withdrawn claim: takes no place in the budget
+    second = b.start(recipes[1], space, max_trials=2)
+    assert second is not None, b.withdrawal
+    assert b.start(recipes[2], space, max_trials=2) is None
+    assert b.withdrawal == "the trial budget (2) is taken by earlier trials (other workers')"
+    a.interrupt(running, [], {"wall_s": 1.0})  # an interrupted trial is no place either: a third may start
+    third = b.start(recipes[3], space, max_trials=2)
+    assert third is not None, b.withdrawal
+    for t in (second, third):
+        b.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 1.0}, [])
+
+
+# --- 3. the shared space: a same-version edit is adopted, an identical or older one is not ---------------------
+
+def test_a_same_version_edit_in_the_run_folder_wins_over_the_shared_space_and_is_published(tmp_path):
+    """`load_space`: the study's space replaces the run folder's only when it is a later version; a person's
+    edit of space.yaml that kept `version: 1` is used and published (the other workers adopt it)."""
+    from sro.search import load_space
+
+    project, run_dir = load_project(_project(tmp_path, "edit")), tmp_path / "edit"
+    ledger = Ledger(project, run_dir)
+    ledger.publish_space(_space(1, 6))
+    (run_dir / "space.yaml").write_text(SPACE.format(version=1, high=8))
+    edited = _space(1, 8)
+    assert load_space(project, run_dir, Console(record=True), ledger=ledger).to_yaml() == edited.to_yaml()
+    assert ledger.shared_space().to_yaml() == edited.to_yaml()
+    assert RecipeSpace.from_yaml((run_dir / "space.yaml").read_text()).to_yaml() == edited.to_yaml()
+
+
+def test_a_search_adopts_a_same_version_edit_of_the_shared_space_only(tmp_path, monkeypatch):
+    """After each trial the search adopts the study's space when another worker published one of the same or a
+    later version with other contents: a same-version edit is adopted (once: the same space published again is
+    no new space), an earlier version is not. Training, the base model and the report are faked."""
+    import sro.executor
+    import sro.report
+    import sro.search
+    from sro.budget import Budget
+
+    project = load_project(_project(tmp_path, "adopt"))
+    runs = tmp_path / "runs"
+    run_dir = runs / "adopt"
+    run_dir.mkdir(parents=True)
+    (run_dir / "space.yaml").write_text(SPACE.format(version=2, high=6))
+    edit, stale = _space(2, 8), _space(1, 5)
+    ctx = SimpleNamespace(base_path="tiny", overlap={}, score_s=0.0,
+                          score_base=lambda warn=None: {"arithmetic/add": 0.1})
+    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: ctx))
+    monkeypatch.setattr(sro.report, "write_report", lambda run_dir: None)
+    published = {0: edit, 2: stale}  # by another worker during trials 0 and 2
+    trained: list[Recipe] = []
+
+    def train(trial, recipe, ctx, ledger, *rest) -> None:
+        trained.append(recipe)
+        ledger.finish(trial, {"arithmetic/add": 0.5}, {"wall_s": 1.0}, [])
+        if trial.number in published:
+            ledger.publish_space(published[trial.number])
+
+    monkeypatch.setattr(sro.search, "_train_and_record", train)
+    console = Console(record=True, width=300)
+    summary = sro.search.run_search(project, Budget.parse("3trials"), runs, optimizer="random", console=console)
+    out = console.export_text()
+    assert [r.state for r in summary.trials] == ["complete"] * 3
+    assert out.count("adopted the study's search space") == 1, out
+    assert "adopted the study's search space v2 (from another worker)" in out
+    assert RecipeSpace.from_yaml((run_dir / "space.yaml").read_text()).to_yaml() == edit.to_yaml()
+    assert trained[1].values["prompts_per_step"] <= 8 and trained[2].values["prompts_per_step"] <= 8
+
+
+# --- 4. `beats_base`: a tie with the base model is no win ------------------------------------------------------
+
+def test_a_score_equal_to_the_base_models_does_not_beat_it():
+    """Better means strictly above the base model (strictly below for a lower-is-better key): equal is no win."""
+    base = {"a/win": 0.5, "a/ece": 0.2}
+    assert beats_base({"a/win": 0.5000001, "a/ece": 0.1999999}, base, lower={"a/ece"})
+    assert not beats_base({"a/win": 0.5, "a/ece": 0.1}, base, lower={"a/ece"})  # tie on the higher-is-better key
+    assert not beats_base({"a/win": 0.6, "a/ece": 0.2}, base, lower={"a/ece"})  # tie on the lower-is-better key
+    assert not beats_base(dict(base), base, lower={"a/ece"})
+    assert not beats_base({"a/win": 0.5}, {"a/win": 0.5}) and beats_base({"a/win": 0.51}, {"a/win": 0.5})
+    assert not beats_base({"a/ece": 0.2}, {"a/ece": 0.2}, lower={"a/ece"})
+    assert beats_base({"a/ece": 0.19}, {"a/ece": 0.2}, lower={"a/ece"})
+    tie = TrialRecord(0, "complete", Recipe({"lr": 1e-3}), scores={"a/win": 0.5, "a/ece": 0.1})
+    assert not tie.beats(base, lower={"a/ece"})
+    assert TrialRecord(1, "complete", Recipe({"lr": 1e-3}), scores={"a/win": 0.6, "a/ece": 0.1}).beats(
+        base, lower={"a/ece"})
