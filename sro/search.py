@@ -55,15 +55,20 @@ class SearchSummary:
 def load_space(project: ProjectConfig, run_dir: Path, console: Console, ctx: SearchContext | None = None,
                budget: Budget | None = None, ledger: Ledger | None = None) -> RecipeSpace:
     """The study's space: the one its workers share in the storage (`ledger`) when that is a later
-    version than the run folder's `space.yaml`; else that file (written by `sro design`, a redesign or a
-    person), published to the storage; else a space designed now by the project's designer (rules by
-    default), saved there for review and published."""
-    from sro.designer.design import write_space
+    version than the run folder's `space.yaml`, or the same version with other contents while the file is
+    SRO's own (not edited by hand since it was written: a stale copy of another worker's edit); else that file
+    (written by `sro design`, a redesign or a person), published to the storage; else a space designed now by
+    the project's designer (rules by default), saved there for review and published."""
+    from sro.designer.design import hand_edited, write_space
 
     path = run_dir / "space.yaml"
     local = _written_space(run_dir)
     shared = ledger.shared_space() if ledger is not None else None
-    if shared is not None and (local is None or shared.version > local.version):
+    # a restarted worker's unedited copy of an older space must not undo a same-version edit that another worker
+    # published (until stop 42 it did, and the running workers then adopted the old space back; a review)
+    stale = (local is not None and shared is not None and shared.version == local.version
+             and shared.to_yaml() != local.to_yaml() and not hand_edited(run_dir))
+    if shared is not None and (local is None or shared.version > local.version or stale):
         write_space(run_dir, shared)
         console.print(f"using the study's search space (v{shared.version}, shared by the workers on its "
                       f"storage): {path}")

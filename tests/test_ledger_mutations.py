@@ -183,6 +183,24 @@ def test_a_same_version_edit_in_the_run_folder_wins_over_the_shared_space_and_is
     assert RecipeSpace.from_yaml((run_dir / "space.yaml").read_text()).to_yaml() == edited.to_yaml()
 
 
+def test_an_unedited_copy_of_the_space_does_not_undo_another_workers_same_version_edit(tmp_path):
+    """A restarted worker whose space.yaml is SRO's own copy (equal to its space.v1.yaml) of the space before
+    another worker published a same-version edit takes the study's edit: it neither uses nor publishes the stale
+    copy (until stop 42 it did both, and the running workers adopted the old space back)."""
+    from sro.designer.design import write_space
+    from sro.search import load_space
+
+    project, run_dir = load_project(_project(tmp_path, "stale")), tmp_path / "stale"
+    ledger = Ledger(project, run_dir)
+    write_space(run_dir, _space(1, 6), log=lambda _: None)  # this worker's copy, as SRO wrote it
+    ledger.publish_space(_space(1, 8))  # another worker's hand edit that kept version 1
+    edited = _space(1, 8).to_yaml()
+    assert load_space(project, run_dir, Console(record=True), ledger=ledger).to_yaml() == edited
+    assert ledger.shared_space().to_yaml() == edited
+    assert RecipeSpace.from_yaml((run_dir / "space.yaml").read_text()).to_yaml() == edited
+    assert not list(run_dir.glob("space.edited-*.yaml"))  # SRO's own copy is no edit to keep aside
+
+
 def test_a_search_adopts_a_same_version_edit_of_the_shared_space_only(tmp_path, monkeypatch):
     """After each trial the search adopts the study's space when another worker published one of the same or a
     later version with other contents: a same-version edit is adopted (once: the same space published again is

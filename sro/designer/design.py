@@ -45,16 +45,24 @@ def _llm(catalog: Catalog, project: ProjectConfig, run_dir: Path, warn: Callable
         return design_rules(catalog, project)
 
 
+def hand_edited(run_dir: Path) -> bool:
+    """Whether `run_dir`'s `space.yaml` is a person's edit: SRO writes it together with `space.v<N>.yaml`, so
+    text equal to a versioned copy is the designer's own (or one restored), text in none of them an edit."""
+    path = run_dir / "space.yaml"
+    if not path.is_file():
+        return False
+    text = path.read_text()
+    return not any(v.read_text() == text for v in run_dir.glob("space.v*.yaml"))
+
+
 def _keep_edit(run_dir: Path, log: Callable[[str], None]) -> None:
     """Copy a hand-edited `space.yaml` aside before it is replaced. The file is written for review and a
     person may edit it; an edit is in no `space.v<N>.yaml`, so replacing the file lost it without a word
-    (a rerun of `sro design` did). Text equal to a versioned copy is the designer's own, or one restored."""
+    (a rerun of `sro design` did)."""
     path = run_dir / "space.yaml"
-    if not path.is_file():
+    if not hand_edited(run_dir):
         return
     text = path.read_text()
-    if any(v.read_text() == text for v in run_dir.glob("space.v*.yaml")):
-        return
     stamp = time.strftime("%Y%m%d-%H%M%S")
     keep, n = run_dir / f"space.edited-{stamp}.yaml", 1
     while keep.exists():
