@@ -1,0 +1,279 @@
+"""The decisions of the search loop (`sro.search.run_search`'s `while True:`), each pinned by a test that a
+change of it fails: the stop that keeps room for a trial's held-out scoring, the wait for other workers'
+running trials, a withdrawn claim proposed again, and a claim withdrawn where proposing spent the budget.
+
+Nothing trains and no model is built: the search context, the base model's scoring and `run_trial` are
+stand-ins, so each search takes a second or so."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+import sro.search as search_mod
+from sro.budget import Budget
+from sro.config import load_project
+from sro.executor import SearchContext, TrialOutcome
+from sro.ledger import Ledger
+from sro.recipe import Recipe
+from sro.space import RecipeSpace
+
+PROJECT = """\
+name: {name}
+base_model: tiny
+seed: 0
+domains:
+  arithmetic:
+    sources:
+      - reasoning_gym: basic_arithmetic
+        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
+                 allow_parentheses: false}}
+    benchmarks:
+      - name: add
+        reasoning_gym: basic_arithmetic
+        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
+                 allow_parentheses: false}}
+        size: 24
+objectives:
+  - arithmetic/add: max
+  - cost: min
+budget: 2trials
+runtime: {{tiny_pretrain_steps: 30, threads: 1}}
+"""
+
+SPACE = """\
+version: 1
+designer: test
+fixed: {algorithm: grpo, max_new_tokens: 4, seed: 0}
+params:
+  lr: {kind: float, low: 0.001, high: 0.003, log: true, why: small}
+  group_size: {kind: int, low: 4, high: 4, why: fixed}
+  prompts_per_step: {kind: int, low: 4, high: 6, why: small}
+  steps: {kind: int, low: 3, high: 4, why: short}
+"""
+
+
+class Runaway(BaseException):
+    """A search that would not end (not an `Exception`: the search records those as failed trials and goes on)."""
+
+
+MAX_TRIALS = 12
+"""More trials than any of these searches runs: a search past it would not stop on its budget."""
+
+
+class _Clock:
+    """`sro.search`'s `time` with its own `sleep` (the loop's wait for other workers' trials); the module
+    `time` itself, which the heartbeat threads and the storage's retries use, is left as it is."""
+
+    def __init__(self, sleep):
+        self.sleep, self.monotonic, self.time = sleep, time.monotonic, time.time
+
+
+def _no_wait(seconds: float) -> None:
+    raise Runaway(f"the search waited ({seconds}s) for other workers' trials where none runs")
+
+
+class Search:
+    """A micro project with its space written, whose search prepares and scores nothing: the base model
+    scores 0.3 in no time, its held-out scoring said to take `score_s` seconds; `run_trial` records each
+    recipe it is given and returns a complete trial costing `trial_s` seconds. It never waits (the tests of
+    the wait give their own `sleep`) and runs at most `MAX_TRIALS` trials."""
+
+    def __init__(self, tmp_path: Path, monkeypatch, name: str, score_s: float = 0.5, trial_s: float = 2.0):
+        self.runs = tmp_path / "runs"
+        (self.runs / name).mkdir(parents=True)
+        (self.runs / name / "space.yaml").write_text(SPACE)
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(PROJECT.format(name=name))
+        self.project = load_project(path)
+        self.run_dir = self.runs / name
+        self.ran: list[Recipe] = []
+        self.out = io.StringIO()
+
+        def prepare(cls, project, cache_dir, log=print, pretrain_progress=None):
+            return cls(project, str(tmp_path / "no-model"), {}, {}, set(), cache_dir=Path(cache_dir))
+
+        def score_base(ctx, warn=print):
+            ctx.score_s = score_s
+            return {"arithmetic/add": 0.3}
+
+        def run_trial(recipe, ctx, max_seconds=None, on_step=None, on_checkpoint=None):
+            self.ran.append(recipe)
+            if len(self.ran) > MAX_TRIALS:
+                raise Runaway(f"{len(self.ran)} trials: the search does not stop on its budget")
+            steps = int(recipe.get("steps"))
+            return TrialOutcome({"arithmetic/add": 0.4}, {"wall_s": trial_s, "train_s": trial_s, "tokens": 64.0},
+                                [{"reward": 0.1}] * steps, {})
+
+        monkeypatch.setattr(SearchContext, "prepare", classmethod(prepare))
+        monkeypatch.setattr(SearchContext, "score_base", score_base)
+        monkeypatch.setattr(search_mod, "run_trial", run_trial)
+        monkeypatch.setattr(search_mod, "time", _Clock(_no_wait))
+
+    def ledger(self) -> Ledger:
+        """Another worker's view of the study (its own `Ledger` on the same storage)."""
+        return Ledger(self.project, self.run_dir)
+
+    def recipes(self, n: int) -> list[Recipe]:
+        space = RecipeSpace.from_yaml(SPACE)
+        return [Recipe(v, dict(space.fixed)) for v in space.sobol(n, seed=7)]
+
+    def __call__(self, budget: str) -> search_mod.SearchSummary:
+        return search_mod.run_search(self.project, Budget.parse(budget), self.runs, "random",
+                                     Console(file=self.out, width=400), pruning=False)
+
+    @property
+    def printed(self) -> str:
+        return self.out.getvalue()
+
+
+# --- 1. no trial starts where the wall time left could not even hold its held-out scoring --------------
+
+def test_no_trial_starts_when_the_wall_time_left_is_shorter_than_the_held_out_scoring(tmp_path, monkeypatch):
+    """The base model's scoring took 10 000 s and the budget is an hour: a trial started now could not even
+    score its model, so none starts, and the search says why."""
+    search = Search(tmp_path, monkeypatch, "short", score_s=1e4)
+    summary = search("1h")
+    assert search.ran == [] and summary.trials == []
+    assert "less than a trial's held-out scoring (10000s)" in summary.stop_reason
+    assert summary.stop_reason.endswith("of the wall-clock budget left, less than a trial's held-out scoring "
+                                        "(10000s)")
+    assert "less than a trial's held-out scoring" in search.printed
+
+
+def test_a_trial_starts_while_the_wall_time_left_holds_its_scoring_and_the_trial_budget_says_why_it_ends(
+        tmp_path, monkeypatch):
+    """Scoring takes 1000 s, an hour is left: the trial starts. It costs 3000 s, so afterwards less than
+    the scoring is left, but the trial budget ran out first: that is the reason given, not the wall time."""
+    search = Search(tmp_path, monkeypatch, "room", score_s=1000.0, trial_s=3000.0)
+    summary = search("1h,1trials")
+    assert len(search.ran) == 1 and [t.state for t in summary.trials] == ["complete"]
+    assert summary.stop_reason == "1/1 trials done"
+
+
+def test_without_a_wall_clock_limit_the_held_out_scoring_reserves_nothing(tmp_path, monkeypatch):
+    """A trial budget alone: however long the scoring, there is no wall time to keep for it."""
+    search = Search(tmp_path, monkeypatch, "count", score_s=1e4)
+    summary = search("2trials")
+    assert len(search.ran) == 2 and [t.state for t in summary.trials] == ["complete"] * 2
+    assert summary.stop_reason == "2/2 trials done"
+
+
+# --- 2. the budget full only with other workers' running trials: wait for them ------------------------
+
+@pytest.mark.parametrize("ending", ["finishes", "dies"])
+def test_the_search_waits_for_another_workers_running_trial_that_fills_the_budget(tmp_path, monkeypatch, ending):
+    """Another worker's trial is running and it alone fills the trial budget: this worker waits for it
+    (it may die, and must then be run again) instead of stopping. When it finishes the budget is spent
+    and the search stops; when its worker dies, this worker runs its recipe again."""
+    search = Search(tmp_path, monkeypatch, f"wait-{ending}")
+    other = search.ledger()
+    (recipe,) = search.recipes(1)
+    theirs = other.start(recipe, RecipeSpace.from_yaml(SPACE))
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:  # the other worker's trial ends while this one waits
+        naps.append(seconds)
+        assert len(naps) == 1, "waited on after the other worker's trial ended"
+        if ending == "finishes":
+            other.finish(theirs, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [{"reward": 0.2}])
+        else:
+            other.release(theirs, "its worker stopped during the trial (killed)")
+
+    monkeypatch.setattr(search_mod, "time", _Clock(sleep))
+    summary = search("1trials")
+    assert "waiting for 1 trial(s) running in other workers to finish" in search.printed
+    assert len(naps) == 1 and 0 < naps[0] <= 5.0
+    assert summary.stop_reason == "1/1 trials done"
+    if ending == "finishes":
+        assert search.ran == [] and [t.state for t in summary.trials] == ["complete"]
+    else:
+        assert [r.key for r in search.ran] == [recipe.key]
+        assert [t.state for t in summary.trials] == ["interrupted", "complete"]
+
+
+def test_the_search_does_not_wait_where_its_finished_trials_alone_fill_the_budget(tmp_path, monkeypatch):
+    """The study's finished trials fill the trial budget by themselves (another worker finished one while
+    this worker scored the base model) and yet another runs: nothing it can do changes the outcome, so
+    the search stops at once rather than waiting for it."""
+    search = Search(tmp_path, monkeypatch, "full")
+    other = search.ledger()
+    first, second = search.recipes(2)
+    space = RecipeSpace.from_yaml(SPACE)
+    claimed = []
+    score = SearchContext.score_base
+
+    def score_base(ctx, warn=print):  # meanwhile the other worker finishes a trial and starts the next
+        done = other.start(first, space)
+        other.finish(done, {"arithmetic/add": 0.5}, {"wall_s": 3.0}, [{"reward": 0.2}])
+        claimed.append(other.start(second, space))
+        return score(ctx, warn)
+
+    naps: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        naps.append(seconds)
+        other.release(claimed[0], "test over")  # lets a search that waits go on
+
+    monkeypatch.setattr(SearchContext, "score_base", score_base)
+    monkeypatch.setattr(search_mod, "time", _Clock(sleep))
+    try:
+        summary = search("1trials")
+    finally:
+        other.release(claimed[0], "test over")
+    assert naps == [] and "waiting for" not in search.printed
+    assert summary.stop_reason == "1/1 trials done and 1 running in other workers"
+    assert search.ran == []
+
+
+# --- 3. a claim withdrawn (another worker took the recipe first): propose again ----------------------
+
+def test_a_withdrawn_claim_is_said_and_the_search_proposes_again(tmp_path, monkeypatch):
+    """The first claim is withdrawn (another worker claimed the same recipe a moment before): the search
+    says so and proposes again, rather than ending or training the withdrawn trial."""
+    search = Search(tmp_path, monkeypatch, "rival")
+    claim = Ledger.start
+    tries: list[Recipe] = []
+
+    def rival_first(self, recipe, space, max_trials=None):
+        tries.append(recipe)
+        trial = claim(self, recipe, space, max_trials)
+        if len(tries) == 1:
+            self.withdraw(trial, "trial 7 already has this recipe (another worker)")
+            return None
+        return trial
+
+    monkeypatch.setattr(Ledger, "start", rival_first)
+    summary = search("2trials")
+    assert (f"claim of recipe {tries[0].key} withdrawn: trial 7 already has this recipe (another worker)"
+            in search.printed)
+    assert len(tries) == 3 and len(search.ran) == 2 and [r.key for r in search.ran] == [r.key for r in tries[1:]]
+    assert [t.state for t in summary.trials] == ["complete"] * 2
+    assert summary.stop_reason == "2/2 trials done"
+
+
+# --- 4. proposing and claiming spent the rest of the budget: the claim is withdrawn -----------------
+
+def test_a_claim_made_after_proposing_spent_the_budget_is_withdrawn_and_the_search_ends(tmp_path, monkeypatch):
+    """Proposing (and claiming) took the budget's last hour: the trial is not trained but withdrawn in the
+    storage, saying why, so no running trial is left behind, and the search ends on the budget."""
+    search = Search(tmp_path, monkeypatch, "late")
+    claim = Ledger.start
+
+    def slow_claim(self, recipe, space, max_trials=None):
+        trial = claim(self, recipe, space, max_trials)
+        self.add_worker_time(3600.0)
+        return trial
+
+    monkeypatch.setattr(Ledger, "start", slow_claim)
+    summary = search("1h")
+    assert search.ran == [] and summary.trials == []
+    assert "wall time spent" in summary.stop_reason
+    (trial,) = search.ledger().study.get_trials(deepcopy=False)
+    assert trial.state.name == "FAIL" and trial.user_attrs["withdrawn"] is True
+    assert trial.user_attrs["message"] == f"withdrawn: the budget ran out while proposing ({summary.stop_reason})"
+    assert search.ledger().records() == [] and search.ledger().spent().running == 0
