@@ -559,11 +559,6 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             spent = ledger.spent(records)
             reason = budget.exhausted(spent)
             left = budget.remaining_wall_s(spent)
-            if reason is None and left is not None and 0 < ctx.score_s and left < ctx.score_s:
-                # a trial started now could not even score its model (it trained a few steps in the budget's
-                # last seconds and was recorded as stopped; a review, stop 38)
-                reason = (f"{left:.0f}s of the wall-clock budget left, less than a trial's held-out scoring "
-                          f"({ctx.score_s:.0f}s)")
             progress.update(bar, completed=budget.fraction_used(spent),
                             info=f"{spent.trials} trials, {spent.total('wall_s'):.0f}s of budget {budget}")
             if reason and spent.running and budget.exhausted(spent.finished_only()) is None:
@@ -576,6 +571,12 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 time.sleep(min(5.0, ledger.heartbeat_s))
                 continue
             waiting = False
+            if reason is None and left is not None and 0 < ctx.score_s and left < ctx.score_s:
+                # a trial started now could not even score its model (it trained a few steps in the budget's
+                # last seconds and was recorded as stopped; a review, stop 38). Not a reason to wait for other
+                # workers' running trials: one whose worker dies leaves no more time to run it again
+                reason = (f"{left:.0f}s of the wall-clock budget left, less than a trial's held-out scoring "
+                          f"({ctx.score_s:.0f}s)")
             if reason:  # said: a set-up that used the whole budget ended with 0 trials, exit 0, no word (stop 38)
                 progress.console.print(f"budget {budget} spent ({escape(reason)}); rerun with a larger --budget to "
                                        "search further (finished trials are kept)")
@@ -610,8 +611,11 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             ledger.add_worker_time(t_train - mark)
             mark, spent = t_train, ledger.spent()
             if (over := budget.over_cost(spent)) is not None:  # proposing and claiming spent the rest
-                ledger.withdraw(trial, f"the budget ran out while proposing ({over})")
-                reason = over
+                ledger.withdraw(trial, "the budget ran out while proposing")
+                # read again without the withdrawn claim, which `spent` counted as a trial still training
+                reason = budget.over_cost(ledger.spent()) or over
+                progress.console.print(f"budget {budget} spent while proposing ({escape(reason)}); rerun with a "
+                                       "larger --budget to search further (finished trials are kept)")
                 break
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this

@@ -145,6 +145,19 @@ def test_no_trial_starts_when_the_wall_time_left_is_shorter_than_the_held_out_sc
     assert "less than a trial's held-out scoring" in search.printed
 
 
+def test_too_little_time_for_the_scoring_does_not_wait_for_other_workers_running_trials(tmp_path, monkeypatch):
+    """Another worker's trial is running when the time left is shorter than a trial's scoring: this worker stops
+    at once (until stop 42 it waited for that trial, though one whose worker dies leaves no time to run it
+    again)."""
+    search = Search(tmp_path, monkeypatch, "short-other", score_s=1e4)
+    (recipe,) = search.recipes(1)
+    search.ledger().start(recipe, RecipeSpace.from_yaml(SPACE))
+    monkeypatch.setattr(search_mod, "time", _Clock(_no_wait))
+    summary = search("1h")
+    assert search.ran == [] and "less than a trial's held-out scoring" in summary.stop_reason
+    assert "waiting for" not in search.printed
+
+
 def test_a_trial_starts_while_the_wall_time_left_holds_its_scoring_and_the_trial_budget_says_why_it_ends(
         tmp_path, monkeypatch):
     """Scoring takes 1000 s, an hour is left: the trial starts. It costs 3000 s, so afterwards less than
@@ -272,8 +285,10 @@ def test_a_claim_made_after_proposing_spent_the_budget_is_withdrawn_and_the_sear
     monkeypatch.setattr(Ledger, "start", slow_claim)
     summary = search("1h")
     assert search.ran == [] and summary.trials == []
-    assert "wall time spent" in summary.stop_reason
+    # the reason is read without the withdrawn claim (it said "0s of it by 1 trial(s) still training") and printed
+    assert "wall time spent" in summary.stop_reason and "still training" not in summary.stop_reason
+    assert f"spent while proposing ({summary.stop_reason})" in search.printed
     (trial,) = search.ledger().study.get_trials(deepcopy=False)
     assert trial.state.name == "FAIL" and trial.user_attrs["withdrawn"] is True
-    assert trial.user_attrs["message"] == f"withdrawn: the budget ran out while proposing ({summary.stop_reason})"
+    assert trial.user_attrs["message"] == "withdrawn: the budget ran out while proposing"
     assert search.ledger().records() == [] and search.ledger().spent().running == 0
