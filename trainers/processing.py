@@ -88,7 +88,6 @@ class _Dedup:
     def __init__(self) -> None:
         self.seen: dict[str, set[str]] = {}
         self.repeats: dict[str, int] = {}
-        self.passes: dict[str, int] = {}
 
     def __call__(self, item: Item) -> bool:
         q, src = normalize(item.question), item.source
@@ -104,7 +103,6 @@ class _Dedup:
         if self.repeats[src] >= min(DEDUP_PATIENCE, max(DEDUP_MIN, 2 * len(seen))):
             self.seen[src] = {q}
             self.repeats[src] = 0
-            self.passes[src] = self.passes.get(src, 1) + 1
             return True
         return False
 
