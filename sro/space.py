@@ -38,8 +38,10 @@ class Param:
         if self.kind in ("float", "int"):
             for end in ("low", "high"):  # a bound given as text (a dict built in Python): any number it spells
                 v = getattr(self, end)
-                if v is None or isinstance(v, bool):
+                if v is None:
                     continue
+                if isinstance(v, bool):  # YAML's `low: true`: kept as a bool until stop 42, an int range [0, 1]
+                    raise SpaceError(f"{where}: {end} must be a number (got {v!r}); a yes/no choice is `kind: bool`")
                 try:
                     x = float(v)
                 except (TypeError, ValueError):
@@ -90,7 +92,8 @@ class Param:
                 return (math.log(float(value)) - math.log(lo)) / (math.log(hi) - math.log(lo))
             return (float(value) - lo) / (hi - lo)
         choices = self.choices or []
-        return (choices.index(value) + 0.5) / len(choices)
+        i = next((i for i, c in enumerate(choices) if c == value and type(c) is type(value)), None)
+        return ((choices.index(value) if i is None else i) + 0.5) / len(choices)  # True is not 1 (stop 42)
 
     def contains(self, value: Any) -> bool:
         if self.kind in ("float", "int"):

@@ -168,3 +168,17 @@ def test_a_recipe_mixture_is_normalized_and_a_recipe_survives_its_dict():
     assert Recipe({"mix.a": 0.0, "mix.b": 0.0}).mixture(["a", "b"]) == {"a": 0.0, "b": 0.0}
     back = Recipe.from_dict(r.to_dict())
     assert back == r and back.key == r.key and back.get("algorithm") == "grpo"
+
+
+@pytest.mark.parametrize("bounds", [{"low": True, "high": 2}, {"low": 0, "high": True}])
+def test_a_bool_bound_is_refused(bounds):
+    """`low: true` is no number: refused, where until stop 42 it was kept as a bool (an int range [0, 1])."""
+    with pytest.raises(SpaceError, match="must be a number"):
+        Param("x", "int", **bounds)
+
+
+def test_to_unit_tells_true_from_one_among_a_categoricals_choices():
+    """Choices [1, True]: True sits in the second cell and decodes back to True (list.index read it as 1)."""
+    p = Param("k", "categorical", choices=[1, True])
+    assert p.to_unit(True) == pytest.approx(0.75) and p.from_unit(p.to_unit(True)) is True
+    assert p.to_unit(1) == pytest.approx(0.25) and p.from_unit(p.to_unit(1)) == 1
