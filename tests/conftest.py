@@ -11,28 +11,7 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-MICRO = """\
-name: {name}
-base_model: tiny
-seed: 0
-domains:
-  arithmetic:
-    sources:
-      - reasoning_gym: basic_arithmetic
-        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
-                 allow_parentheses: false}}
-    benchmarks:
-      - name: add
-        reasoning_gym: basic_arithmetic
-        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
-                 allow_parentheses: false}}
-        size: 24
-objectives:
-  - arithmetic/add: max
-  - cost: min
-budget: 2trials
-runtime: {{tiny_pretrain_steps: 30, threads: 2}}
-"""
+from micro import MICRO  # noqa: E402  (tests/micro.py: pytest puts tests/ on sys.path, as for this file)
 
 
 @pytest.fixture(scope="session")
@@ -67,6 +46,18 @@ def micro_project(tmp_path: Path, micro_model: Path):
         return p
 
     return make
+
+
+@pytest.fixture(scope="module")
+def tiny_add():
+    """A one-layer tiny model's spec and the tokenizer of its "add a b / Answer: a+b" vocabulary, for trainer tests
+    that build their own model from it (`build_model(len(tok), spec, tok)`)."""
+    from trainers.tiny import TinySpec, build_tokenizer
+
+    spec = TinySpec(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, vocab_size=270)
+    tok = build_tokenizer([f"add {a} {b}\nAnswer: {a + b}" for a in range(5) for b in range(5)] * 4 + ["x y z"],
+                          spec.vocab_size)
+    return spec, tok
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,7 @@ from trainers.distill import DistillSettings
 from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.losses import ProxKLSettings
 from trainers.rollout import completion_logprobs
-from trainers.tiny import TinySpec, build_model, build_tokenizer
+from trainers.tiny import build_model
 
 
 class _Parity:
@@ -49,23 +49,15 @@ class _Mix:
         return [(self.task, Item(f"add {i % 5} {i % 3}", str(i % 5 + i % 3), "parity")) for i in range(n)]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    spec = TinySpec(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, vocab_size=270)
-    tok = build_tokenizer([f"add {a} {b}\nAnswer: {a + b}" for a in range(5) for b in range(5)] * 4 + ["x y z"],
-                          spec.vocab_size)
-    return spec, tok
-
-
-def _trainer(tiny, mix=None, seed=0, **cfg) -> GRPOTrainer:
-    spec, tok = tiny
+def _trainer(tiny_add, mix=None, seed=0, **cfg) -> GRPOTrainer:
+    spec, tok = tiny_add
     torch.manual_seed(seed)
     model = build_model(len(tok), spec, tok)
     base = dict(lr=1e-3, steps=1, group_size=4, prompts_per_step=2, max_new_tokens=3, warmup_steps=1, seed=seed)
     return GRPOTrainer(model, tok, GRPOConfig(**{**base, **cfg}), mix or _Mix())
 
 
-def test_behaviour_and_policy_logprobs_use_the_sampling_temperature(tiny, monkeypatch):
+def test_behaviour_and_policy_logprobs_use_the_sampling_temperature(tiny_add, monkeypatch):
     """μ, π_prox and π_θ are log-probs of softmax(logits / T), the distribution the rollouts were sampled from."""
     T = 0.5
     seen = []
@@ -75,7 +67,7 @@ def test_behaviour_and_policy_logprobs_use_the_sampling_temperature(tiny, monkey
         seen.append(sig.bind(*a, **k).arguments.get("temperature", 1.0))
         return completion_logprobs(*a, **k)
 
-    tr = _trainer(tiny, temperature=T, num_iterations=2, lr=1e-9)
+    tr = _trainer(tiny_add, temperature=T, num_iterations=2, lr=1e-9)
     b = tr._rollout()
     assert b.behav is not None
     ro = b.ro
@@ -92,9 +84,9 @@ def test_behaviour_and_policy_logprobs_use_the_sampling_temperature(tiny, monkey
     assert out["stale_kl"] < 1e-5 and out["clip_frac"] == 0.0, out
 
 
-def test_lr_follows_the_batch_schedule_and_warmup(tiny):
+def test_lr_follows_the_batch_schedule_and_warmup(tiny_add):
     """The lr of each step is lr₀·(N/N₀)^α times the warm-up factor, and it is what the optimizer steps with."""
-    tr = _trainer(tiny, lr=1e-3, steps=4, group_size=2, prompts_per_step=1, max_new_tokens=2, warmup_steps=2,
+    tr = _trainer(tiny_add, lr=1e-3, steps=4, group_size=2, prompts_per_step=1, max_new_tokens=2, warmup_steps=2,
                   batch_switch_at=0.5, batch_multiplier=4, lr_alpha=0.5)
     lrs, batches, groups = [], [], []
     for _ in range(4):
@@ -109,17 +101,17 @@ def test_lr_follows_the_batch_schedule_and_warmup(tiny):
 
 @pytest.mark.parametrize("extra,needed", [({}, False), ({"minibatches": 2}, True), ({"num_iterations": 2}, True),
                                           ({"staleness": 1}, True)])
-def test_behaviour_logprobs_are_recorded_whenever_the_policy_moves_before_a_minibatch(tiny, extra, needed):
+def test_behaviour_logprobs_are_recorded_whenever_the_policy_moves_before_a_minibatch(tiny_add, extra, needed):
     """μ is kept under staleness, reuse and several minibatches per batch (the second minibatch's π_θ has moved)."""
-    tr = _trainer(tiny, **extra)
+    tr = _trainer(tiny_add, **extra)
     assert tr._needs_behaviour_logp() is needed
     assert (tr._rollout().behav is not None) is needed
 
 
-def test_minibatches_train_against_the_recorded_behaviour_policy(tiny):
+def test_minibatches_train_against_the_recorded_behaviour_policy(tiny_add):
     """With 4 minibatches and a large lr the later minibatches' π_θ/μ moves off 1 (μ the rollout's policy), so
     their ratio is clipped somewhere; with μ taken as the current policy it would never be."""
-    tr = _trainer(tiny, lr=0.05, prompts_per_step=4, minibatches=4, max_new_tokens=4, grad_clip=1e9)
+    tr = _trainer(tiny_add, lr=0.05, prompts_per_step=4, minibatches=4, max_new_tokens=4, grad_clip=1e9)
     m = tr.step()
     assert m["clip_frac"] > 0 and m["stale_kl"] == 0.0, m
 
@@ -136,9 +128,9 @@ def _stub_steps(tr: GRPOTrainer, bad_from: int):
 
 
 @pytest.mark.parametrize("stop", [True, False])
-def test_stop_on_collapse_decides_whether_a_collapsed_trial_goes_on(tiny, stop):
+def test_stop_on_collapse_decides_whether_a_collapsed_trial_goes_on(tiny_add, stop):
     """The failure clock fires at step 2: training stops there under stop_on_collapse, else runs all its steps."""
-    tr = _trainer(tiny, steps=5, stop_on_collapse=stop)
+    tr = _trainer(tiny_add, steps=5, stop_on_collapse=stop)
     _stub_steps(tr, bad_from=2)
     history = tr.train()
     assert tr.collapse == "loss is nan"
@@ -146,7 +138,7 @@ def test_stop_on_collapse_decides_whether_a_collapsed_trial_goes_on(tiny, stop):
     assert [h.get("collapsed", 0.0) for h in history][:2] == [0.0, 1.0]
 
 
-def test_overlong_penalty_gets_the_limit_then_the_buffer(tiny, monkeypatch):
+def test_overlong_penalty_gets_the_limit_then_the_buffer(tiny_add, monkeypatch):
     """The penalty is overlong_penalty(lengths, truncated, max_new_tokens, overlong_buffer), and shapes the
     advantages: with buffer 2 of max_new_tokens 4 the shaped rewards are the task's plus the penalty."""
     from trainers.core import overlong_penalty
@@ -159,7 +151,7 @@ def test_overlong_penalty_gets_the_limit_then_the_buffer(tiny, monkeypatch):
         return out
 
     monkeypatch.setattr(grpo, "overlong_penalty", recording)
-    tr = _trainer(tiny, max_new_tokens=4, overlong_buffer=2)
+    tr = _trainer(tiny_add, max_new_tokens=4, overlong_buffer=2)
     tr.step()
     ((lengths, truncated, max_len, buffer, pen),) = calls
     assert (max_len, buffer) == (4, 2)
@@ -169,10 +161,10 @@ def test_overlong_penalty_gets_the_limit_then_the_buffer(tiny, monkeypatch):
 
 
 @pytest.mark.parametrize("decay", [0.75, 0.2])
-def test_ema_teacher_moves_by_one_minus_decay_towards_the_student(tiny, decay):
+def test_ema_teacher_moves_by_one_minus_decay_towards_the_student(tiny_add, decay):
     """After one optimizer step the EMA teacher is decay·θ₀ + (1 − decay)·θ₁, and the student is θ₁ (untouched)."""
     d = DistillSettings(weight=1.0, context="answer", teacher="ema", ema_decay=decay)
-    tr = _trainer(tiny, lr=1e-2, distill=d)
+    tr = _trainer(tiny_add, lr=1e-2, distill=d)
     start = [p.detach().clone() for p in tr.model.parameters()]
     assert all(torch.equal(t, s) for t, s in zip(tr.teacher.parameters(), start))
     tr.step()
@@ -183,7 +175,7 @@ def test_ema_teacher_moves_by_one_minus_decay_towards_the_student(tiny, decay):
         assert torch.allclose(t, decay * s0 + (1 - decay) * s1, atol=1e-6)
 
 
-def test_prox_delta_max_is_the_largest_over_the_minibatches(tiny, monkeypatch):
+def test_prox_delta_max_is_the_largest_over_the_minibatches(tiny_add, monkeypatch):
     """prox_delta_max is the max of the minibatches' max |δ| (not their sum, nor their mean)."""
     from trainers.losses import proximal_kl_stats
 
@@ -195,7 +187,7 @@ def test_prox_delta_max_is_the_largest_over_the_minibatches(tiny, monkeypatch):
         return out
 
     monkeypatch.setattr(grpo, "proximal_kl_stats", recording)
-    tr = _trainer(tiny, lr=1e-2, policy_loss="proximal_kl", prox=ProxKLSettings(mode="snapshot"), minibatches=2,
+    tr = _trainer(tiny_add, lr=1e-2, policy_loss="proximal_kl", prox=ProxKLSettings(mode="snapshot"), minibatches=2,
                   num_iterations=2, prompts_per_step=4)
     m = tr.step()
     maxes = [s["prox_delta_max"] for s in seen]
@@ -209,10 +201,10 @@ def test_prox_delta_max_is_the_largest_over_the_minibatches(tiny, monkeypatch):
     (-math.log(2.0), 0.2, 5.0, 1.0),  # π_θ/μ = 0.5 < 0.8: clipped below (μ/π_θ = 2 is inside [0.8, 6])
     (math.log(1.1), 0.2, 0.2, 0.0),  # 1.1: inside
 ])
-def test_clip_frac_counts_the_ratio_pi_over_mu(tiny, shift, eps_low, eps_high, want):
+def test_clip_frac_counts_the_ratio_pi_over_mu(tiny_add, shift, eps_low, eps_high, want):
     """clip_frac is the share of tokens where r = π_θ/μ lies outside [1 − eps_low, 1 + eps_high]: here μ is the
     rollout policy scaled by exp(−shift), and a negligible lr keeps π_θ where it was, so r = exp(shift)."""
-    tr = _trainer(tiny, lr=1e-9, num_iterations=2, eps_low=eps_low, eps_high=eps_high)
+    tr = _trainer(tiny_add, lr=1e-9, num_iterations=2, eps_low=eps_low, eps_high=eps_high)
     rollout = tr._rollout
 
     def shifted():
@@ -224,8 +216,8 @@ def test_clip_frac_counts_the_ratio_pi_over_mu(tiny, shift, eps_low, eps_high, w
     assert tr.step()["clip_frac"] == pytest.approx(want)
 
 
-def test_accuracy_counts_rewards_of_one_only(tiny):
+def test_accuracy_counts_rewards_of_one_only(tiny_add):
     """A completion counts as correct in `accuracy` at reward ≥ 1 (0.999 and 0.5 are not); `reward` is the mean."""
-    tr = _trainer(tiny, mix=_Mix(_Cycle()), prompts_per_step=2, group_size=4)
+    tr = _trainer(tiny_add, mix=_Mix(_Cycle()), prompts_per_step=2, group_size=4)
     m = tr.step()
     assert m["accuracy"] == pytest.approx(0.25) and m["reward"] == pytest.approx((1.0 + 0.5 + 0.0 + 0.999) / 4)

@@ -22,28 +22,9 @@ from sro.ledger import Ledger
 from sro.recipe import Recipe
 from sro.space import RecipeSpace
 
-PROJECT = """\
-name: {name}
-base_model: tiny
-seed: 0
-domains:
-  arithmetic:
-    sources:
-      - reasoning_gym: basic_arithmetic
-        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
-                 allow_parentheses: false}}
-    benchmarks:
-      - name: add
-        reasoning_gym: basic_arithmetic
-        config: {{min_terms: 2, max_terms: 2, max_digits: 1, operators: ["+"], allow_negation: false,
-                 allow_parentheses: false}}
-        size: 24
-objectives:
-  - arithmetic/add: max
-  - cost: min
-budget: 2trials
-runtime: {{tiny_pretrain_steps: 30, threads: 1}}
-"""
+from micro import MICRO
+
+PROJECT = MICRO.replace("threads: 2", "threads: 1")  # nothing trains; one thread
 
 SPACE = """\
 version: 1

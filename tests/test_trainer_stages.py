@@ -16,7 +16,7 @@ from trainers.grpo import GRPOTrainer
 from trainers.prompts import format_prompt
 from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs, generate
 from trainers.sft import SFTConfig, sft, verified_pairs
-from trainers.tiny import TinySpec, build_model, build_tokenizer
+from trainers.tiny import build_model
 from trainers.weights import ema_update
 
 
@@ -163,23 +163,15 @@ class _RightMix(_Mix):
         return [(_Right(), it) for _, it in super().sample(n)]
 
 
-@pytest.fixture(scope="module")
-def tiny():
-    spec = TinySpec(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size=64, vocab_size=270)
-    tok = build_tokenizer([f"add {a} {b}\nAnswer: {a + b}" for a in range(5) for b in range(5)] * 4 + ["x y z"],
-                          spec.vocab_size)
-    return spec, tok
-
-
-def _model(tiny, seed=0):
+def _model(tiny_add, seed=0):
     torch.manual_seed(seed)
-    spec, tok = tiny
+    spec, tok = tiny_add
     return build_model(len(tok), spec, tok)
 
 
-def test_rollouts_cat_is_padding_invariant(tiny):
-    _, tok = tiny
-    model = _model(tiny)
+def test_rollouts_cat_is_padding_invariant(tiny_add):
+    _, tok = tiny_add
+    model = _model(tiny_add)
     torch.manual_seed(1)
     a = generate(model, tok, [format_prompt("add 1 2", tok)], 2, max_new_tokens=3)
     b = generate(model, tok, [format_prompt("add 1 2 and then some more", tok)], 2, max_new_tokens=5)
@@ -194,8 +186,8 @@ def test_rollouts_cat_is_padding_invariant(tiny):
     assert both.texts == a.texts + b.texts
 
 
-def test_dynamic_sampling_keeps_only_groups_with_signal(tiny):
-    _, tok = tiny
+def test_dynamic_sampling_keeps_only_groups_with_signal(tiny_add):
+    _, tok = tiny_add
     cfg = config_for("dapo", {"lr": 1e-3, "steps": 2, "group_size": 4, "prompts_per_step": 3,
                               "max_new_tokens": 2, "max_sample_rounds": 4}, mask_truncated=False)
 
@@ -207,7 +199,7 @@ def test_dynamic_sampling_keeps_only_groups_with_signal(tiny):
         def sample(self, n):
             return [(Half(), it) for _, it in super().sample(n)]
 
-    tr = GRPOTrainer(_model(tiny), tok, cfg, HalfMix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, HalfMix())
     m = tr.step()
     assert m["sample_rounds"] >= 1 and 0 < m["kept_groups"] <= 1
     assert tr.samples >= m["batch"]  # every generated completion is paid for
@@ -216,11 +208,11 @@ def test_dynamic_sampling_keeps_only_groups_with_signal(tiny):
     assert ((g.max(1).values - g.min(1).values) > 0).all()  # every kept group carries signal
 
 
-def test_dynamic_sampling_reports_the_reward_of_everything_generated(tiny):
+def test_dynamic_sampling_reports_the_reward_of_everything_generated(tiny_add):
     """The logged reward was the kept groups' mean, always strictly between 0 and 1 (0.625 for a policy whose
     completions scored 0.893): the failure clock, the progress clock and the report read it (a review, stop
     37). It is the mean over every completion generated; `reward_kept` is the trained groups'."""
-    _, tok = tiny
+    _, tok = tiny_add
     cfg = config_for("dapo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 4,
                               "max_new_tokens": 2, "max_sample_rounds": 2}, mask_truncated=False)
     scored: list[float] = []
@@ -235,12 +227,12 @@ def test_dynamic_sampling_reports_the_reward_of_everything_generated(tiny):
         def sample(self, n):
             return [(Easy(), it) for _, it in super().sample(n)]
 
-    m = GRPOTrainer(_model(tiny), tok, cfg, EasyMix()).step()
+    m = GRPOTrainer(_model(tiny_add), tok, cfg, EasyMix()).step()
     assert m["reward"] == pytest.approx(sum(scored) / len(scored))
     assert m["reward_kept"] != pytest.approx(m["reward"]) or m["kept_groups"] == 1.0
 
 
-def test_the_overlong_penalty_shapes_the_advantage_not_the_logged_reward(tiny, monkeypatch):
+def test_the_overlong_penalty_shapes_the_advantage_not_the_logged_reward(tiny_add, monkeypatch):
     """Every completion is right (reward 1): without the penalty every advantage is 0 and nothing moves; with
     `overlong_buffer` the penalty (`overlong_penalty`, by hand in test_losses.py; here a fixed spread, since an
     untrained model truncates every completion) is added to the rewards the advantages are taken from, so there
@@ -255,13 +247,13 @@ def test_the_overlong_penalty_shapes_the_advantage_not_the_logged_reward(tiny, m
         return -torch.arange(len(lengths), dtype=torch.float32) % 4 / 4
 
     monkeypatch.setattr(grpo, "overlong_penalty", spread)
-    _, tok = tiny
+    _, tok = tiny_add
     norms = {}
     for buffer in (0, 3):
         cfg = config_for("grpo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 3,
                                   "overlong_buffer": buffer})
         torch.manual_seed(0)
-        m = GRPOTrainer(_model(tiny), tok, cfg, _RightMix()).step()
+        m = GRPOTrainer(_model(tiny_add), tok, cfg, _RightMix()).step()
         assert m["reward"] == 1.0
         norms[buffer] = m["grad_norm"]
     assert norms[0] == 0.0 and norms[3] > 0 and calls == [(3, 3)]
@@ -269,11 +261,11 @@ def test_the_overlong_penalty_shapes_the_advantage_not_the_logged_reward(tiny, m
         multi_turn_config("grpo", config_for("grpo", {"overlong_buffer": 2}), {"overlong_buffer": 2})
 
 
-def test_dynamic_sampling_without_any_signal_skips_the_update(tiny):
+def test_dynamic_sampling_without_any_signal_skips_the_update(tiny_add):
     """When no group of `max_sample_rounds` rounds has a reward spread, nothing trains: the weights stay put
     (until stop 30 the zero-advantage batch was stepped on, and AdamW's momentum from the step before moved
     them), the step says so, and the next step with signal trains again."""
-    _, tok = tiny
+    _, tok = tiny_add
     cfg = config_for("dapo", {"lr": 1e-3, "steps": 3, "group_size": 4, "prompts_per_step": 3,
                               "max_new_tokens": 2, "max_sample_rounds": 2, "warmup_steps": 1}, mask_truncated=False)
     flat = {"on": False}
@@ -286,7 +278,7 @@ def test_dynamic_sampling_without_any_signal_skips_the_update(tiny):
         def sample(self, n):
             return [(Switch(), it) for _, it in super().sample(n)]
 
-    tr = GRPOTrainer(_model(tiny), tok, cfg, SwitchMix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, SwitchMix())
     first = tr.step()
     assert first["kept_groups"] > 0 and first["skipped"] == 0.0 and first["grad_norm"] > 0
     flat["on"] = True
@@ -299,12 +291,12 @@ def test_dynamic_sampling_without_any_signal_skips_the_update(tiny):
     assert tr.step()["skipped"] == 0.0
 
 
-def test_ewma_proximal_policy_lags_the_trained_policy(tiny):
-    _, tok = tiny
+def test_ewma_proximal_policy_lags_the_trained_policy(tiny_add):
+    _, tok = tiny_add
     cfg = config_for("proximal_kl", {"lr": 3e-3, "steps": 3, "group_size": 4, "prompts_per_step": 4,
                                      "max_new_tokens": 3, "num_iterations": 2, "prox.mode": "ewma",
                                      "prox.ewma_decay": 0.5})
-    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, _ParityMix())
     start = [p.detach().clone() for p in tr.model.parameters()]
     history = tr.train()
     assert tr.prox_model is not None and len(history) == 3
@@ -313,11 +305,11 @@ def test_ewma_proximal_policy_lags_the_trained_policy(tiny):
     assert moved > 0 and 0 < diff < moved  # an average of past weights: behind the live ones
 
 
-def test_self_distillation_pulls_the_student_to_its_teacher(tiny):
+def test_self_distillation_pulls_the_student_to_its_teacher(tiny_add):
     """w_d = 1, a frozen teacher shown the answer (made sharper than the student by scaling its final
     norm): the exact KL(student‖teacher) on a fixed batch falls as the trainer distills on fresh
     samples of the same prompts, and the gradient cosine is logged."""
-    _, tok = tiny
+    _, tok = tiny_add
     items = [it for _, it in _Mix().sample(8)]
 
     class Fixed:
@@ -328,7 +320,7 @@ def test_self_distillation_pulls_the_student_to_its_teacher(tiny):
                               "max_new_tokens": 3, "warmup_steps": 1, "distill.weight": 1.0,
                               "distill.teacher": "frozen", "distill.divergence": "topk_rkl",
                               "distill.top_k": len(tok)})
-    tr = GRPOTrainer(_model(tiny, seed=3), tok, cfg, Fixed())
+    tr = GRPOTrainer(_model(tiny_add, seed=3), tok, cfg, Fixed())
     with torch.no_grad():
         tr.teacher.model.norm.weight.mul_(4.0)
     prompts = [format_prompt(it.question, tok) for it in items]
@@ -350,11 +342,11 @@ def test_self_distillation_pulls_the_student_to_its_teacher(tiny):
     assert all(-1.0 <= h["grad_cos"] <= 1.0 for h in history) and all("distill_kl" in h for h in history)
 
 
-def test_a_minibatch_with_nothing_to_distill_trains_on_the_policy_gradient_alone(tiny):
+def test_a_minibatch_with_nothing_to_distill_trains_on_the_policy_gradient_alone(tiny_add):
     """Sibling context, no sibling succeeded (rewards 0 and 0.5): nothing to distill, and the update was
     (1 − w_d)·g_pol, the policy gradient shrunk by w_d (a review, stop 37). It is the policy gradient itself,
     as without distillation; the distillation figures are left out of that step."""
-    _, tok = tiny
+    _, tok = tiny_add
 
     class Half(_Digit):
         def score(self, item, text):
@@ -369,17 +361,17 @@ def test_a_minibatch_with_nothing_to_distill_trains_on_the_policy_gradient_alone
         cfg = config_for("grpo", {"lr": 0.5, "steps": 1, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
                                   "warmup_steps": 1, "optimizer": "sgd", "grad_clip": 1e9, **extra})
         torch.manual_seed(7)
-        tr = GRPOTrainer(_model(tiny, seed=5), tok, cfg, HalfMix())
+        tr = GRPOTrainer(_model(tiny_add, seed=5), tok, cfg, HalfMix())
         m = tr.step()
         assert m["grad_norm"] > 0 and "grad_cos" not in m
         after.append([p.detach().clone() for p in tr.model.parameters()])
     assert all(torch.allclose(a, b, atol=1e-7) for a, b in zip(*after))
 
 
-def test_collapse_stops_training_and_says_why(tiny):
-    _, tok = tiny
+def test_collapse_stops_training_and_says_why(tiny_add):
+    _, tok = tiny_add
     cfg = config_for("grpo", {"lr": 1e-3, "steps": 10, "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 2})
-    tr = GRPOTrainer(_model(tiny), tok, cfg, _Mix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, _Mix())
 
     def poison(step, m):
         if step == 2:
@@ -390,7 +382,7 @@ def test_collapse_stops_training_and_says_why(tiny):
     assert len(history) == 3 and history[-1]["collapsed"] == 1.0
     assert tr.collapse and "non-finite" in tr.collapse
     # a non-finite gradient is not applied: the weights stay finite and the clock names it
-    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, _ParityMix())
     tr.cfg.steps = 4
     hook = next(tr.model.parameters()).register_hook(lambda g: g * float("nan"))
     history = tr.train()
@@ -399,8 +391,8 @@ def test_collapse_stops_training_and_says_why(tiny):
     assert all(torch.isfinite(p).all() for p in tr.model.parameters())
 
 
-def test_sft_stage_trains_on_verified_answers_only(tiny):
-    _, tok = tiny
+def test_sft_stage_trains_on_verified_answers_only(tiny_add):
+    _, tok = tiny_add
 
     class Picky(_Digit):  # rejects the reference answer of odd sums: those must not be trained on
         def score(self, item, text):
@@ -412,14 +404,14 @@ def test_sft_stage_trains_on_verified_answers_only(tiny):
 
     pairs, rejected = verified_pairs(PickyMix(), 50)
     assert rejected > 0 and all(int(a) % 2 == 0 for _, a in pairs)
-    model = _model(tiny)
+    model = _model(tiny_add)
     out = sft(model, tok, _Mix(), SFTConfig(steps=60, lr=3e-3, batch_size=16))
     assert out["sft_samples"] == 960 and out["sft_loss"] < 0.4 * out["sft_loss_first"]
     with pytest.raises(ValueError, match="steps >= 0"):
         SFTConfig(steps=-1)
 
 
-def test_held_out_answers_cut_off_at_the_completion_length_are_counted_and_noted(tiny):
+def test_held_out_answers_cut_off_at_the_completion_length_are_counted_and_noted(tiny_add):
     """An untrained model rarely ends its answer: at 2 new tokens nearly every held-out completion is
     cut off and wrong, which the result counts (`cut_off`) and the trial's notes say, naming the fix."""
     from evaluators.benchmark import Benchmark
@@ -429,11 +421,11 @@ def test_held_out_answers_cut_off_at_the_completion_length_are_counted_and_noted
     bench = Benchmark.build("b", SourceSpec("reasoning_gym", "basic_arithmetic",
                                             {"min_terms": 2, "max_terms": 2, "max_digits": 1, "operators": ["+"]}),
                             12, project_seed=0, domain="a")
-    model = _model(tiny)
+    model = _model(tiny_add)
     flags: list[bool] = []
-    texts = complete(model, tiny[1], [it.question for it in bench.items], 2, 5, flags)  # two batches
+    texts = complete(model, tiny_add[1], [it.question for it in bench.items], 2, 5, flags)  # two batches
     assert len(flags) == 12 and sum(flags) >= 10
-    res = evaluate(model, tiny[1], bench, 2, 5)
+    res = evaluate(model, tiny_add[1], bench, 2, 5)
     wrong = [bench.task.score(it, t) < 1.0 for it, t in zip(bench.items, texts)]
     assert res.cut_off == sum(w and f for w, f in zip(wrong, flags)) / 12 >= 10 / 12
     notes = HeldOutNotes(["agent/coin game 1: env error: OSError: x"], {"a/b": res.cut_off, "a/c": 0.05})
@@ -487,13 +479,13 @@ def _end_every_other_row_early(tr: GRPOTrainer) -> list[Rollouts]:
     return seen
 
 
-def test_the_kl_term_pulls_the_policy_back_to_its_reference(tiny):
+def test_the_kl_term_pulls_the_policy_back_to_its_reference(tiny_add):
     """β·k3 with every advantage 0: the only gradient is the KL's, and the exact KL(π‖π_ref) on a fixed batch
     falls. (A KL term computed on detached log-probs trains nothing; every test passed with it.)"""
-    _, tok = tiny
+    _, tok = tiny_add
     cfg = config_for("grpo", {"lr": 0.1, "steps": 6, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
                               "beta": 1.0, "warmup_steps": 1, "optimizer": "sgd", "grad_clip": 1e9})
-    tr = GRPOTrainer(_model(tiny), tok, cfg, _RightMix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, _RightMix())
     torch.manual_seed(1)
     with torch.no_grad():  # the policy away from its reference (the start)
         for p in tr.model.parameters():
@@ -514,7 +506,7 @@ def test_the_kl_term_pulls_the_policy_back_to_its_reference(tiny):
     assert exact_kl() < 0.8 * before
 
 
-def test_the_trainer_hands_the_loss_mu_and_pi_prox_in_their_places(tiny, monkeypatch):
+def test_the_trainer_hands_the_loss_mu_and_pi_prox_in_their_places(tiny_add, monkeypatch):
     """Staleness 1: the second step trains on rollouts of the weights before the first update. In its first
     minibatch π_prox (the policy as the update begins) equals π_θ and μ does not; at padding both are π_θ's
     own values. (μ and π_prox swapped, or μ left unmasked, passed every test before.)"""
@@ -522,11 +514,11 @@ def test_the_trainer_hands_the_loss_mu_and_pi_prox_in_their_places(tiny, monkeyp
 
     spy = _Spy(grpo.POLICY_LOSSES)
     monkeypatch.setattr(grpo, "POLICY_LOSSES", spy)
-    _, tok = tiny
+    _, tok = tiny_add
     cfg = config_for("grpo", {"lr": 0.05, "steps": 2, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
                               "staleness": 1, "minibatches": 2, "warmup_steps": 1})
     torch.manual_seed(0)
-    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, _ParityMix())
     _end_every_other_row_early(tr)
     tr.step()
     first = len(spy.calls)
@@ -540,20 +532,20 @@ def test_the_trainer_hands_the_loss_mu_and_pi_prox_in_their_places(tiny, monkeyp
     assert off.any() and torch.equal(x.behav_logp[off], own[off]) and torch.equal(x.prox_logp[off], own[off])
 
 
-def test_the_trainer_masks_truncated_rows_and_divides_by_the_generation_limit(tiny, monkeypatch):
+def test_the_trainer_masks_truncated_rows_and_divides_by_the_generation_limit(tiny_add, monkeypatch):
     """The aggregation gets the generation limit as its length (fixed_len's constant normalizer) and, under
     `mask_truncated`, a mask that is 0 on every row the limit cut off. (Neither wiring was tested.)"""
     import trainers.grpo as grpo
 
     spy = _Spy(grpo.AGGREGATIONS)
     monkeypatch.setattr(grpo, "AGGREGATIONS", spy)
-    _, tok = tiny
+    _, tok = tiny_add
     for mask_truncated in (False, True):
         spy.calls.clear()
         cfg = config_for("dr_grpo", {"lr": 1e-3, "steps": 1, "group_size": 4, "prompts_per_step": 4,
                                      "max_new_tokens": 3}, mask_truncated=mask_truncated)
         torch.manual_seed(0)
-        tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+        tr = GRPOTrainer(_model(tiny_add), tok, cfg, _ParityMix())
         seen = _end_every_other_row_early(tr)
         tr.step()
         assert spy.calls and all(kw["max_len"] == 3 for _, kw in spy.calls)
@@ -565,30 +557,30 @@ def test_the_trainer_masks_truncated_rows_and_divides_by_the_generation_limit(ti
         assert torch.equal(got.sort().values, want.sort().values)
 
 
-def test_no_trainable_token_leaves_the_weights_where_they_are(tiny):
+def test_no_trainable_token_leaves_the_weights_where_they_are(tiny_add):
     """Every completion cut off at the limit under `mask_truncated`: nothing to train on. AdamW's weight decay
     (and the momentum of earlier steps) moved the weights anyway (a review, stop 38)."""
-    _, tok = tiny
+    _, tok = tiny_add
     cfg = config_for("grpo", {"lr": 1e-2, "steps": 1, "group_size": 4, "prompts_per_step": 2, "max_new_tokens": 1,
                               "weight_decay": 0.1, "warmup_steps": 1}, mask_truncated=True)
     torch.manual_seed(0)
-    tr = GRPOTrainer(_model(tiny), tok, cfg, _ParityMix())
+    tr = GRPOTrainer(_model(tiny_add), tok, cfg, _ParityMix())
     before = [p.detach().clone() for p in tr.model.parameters()]
     tr.step()
     assert all(torch.equal(p.detach(), q) for p, q in zip(tr.model.parameters(), before))
 
 
-def test_half_distillation_mixes_the_two_updates_half_and_half(tiny):
+def test_half_distillation_mixes_the_two_updates_half_and_half(tiny_add):
     """w_d = 0.5 with plain SGD from one start on one batch: the update is the mean of the policy-gradient
     update (w_d = 0) and the distillation update (w_d = 1). (Mixing without the (1 − w_d) weight passed every
     test before: the only mixing test used w_d = 1.)"""
-    _, tok = tiny
+    _, tok = tiny_add
     moved = {}
     for w, mix in ((0.0, _ParityMix), (0.5, _ParityMix), (1.0, _ParityMix), (1.0, _RightMix)):
         extra = {"distill.weight": w, "distill.teacher": "frozen", "distill.context": "answer"} if w else {}
         cfg = config_for("grpo", {"lr": 0.1, "steps": 1, "group_size": 4, "prompts_per_step": 4, "max_new_tokens": 3,
                                   "warmup_steps": 1, "optimizer": "sgd", "grad_clip": 1e9, **extra})
-        model = _model(tiny, seed=5)
+        model = _model(tiny_add, seed=5)
         start = [p.detach().clone() for p in model.parameters()]
         torch.manual_seed(7)
         tr = GRPOTrainer(model, tok, cfg, mix())
@@ -601,11 +593,11 @@ def test_half_distillation_mixes_the_two_updates_half_and_half(tiny):
     assert all(torch.allclose(h, 0.5 * (a + b), atol=1e-6) for h, a, b in zip(half, pol, dis))
 
 
-def test_sft_labels_are_the_answer_and_its_eos_only(tiny):
+def test_sft_labels_are_the_answer_and_its_eos_only(tiny_add):
     """supervised_batch by hand: -100 under the prompt and the padding, the answer's ids, then <eos>."""
     from trainers.sft import supervised_batch
 
-    _, tok = tiny
+    _, tok = tiny_add
     pairs = [("add 1 2", "3"), ("add 4 4", "8 8")]
     ids, mask, lab = supervised_batch(tok, pairs)
     for row, (q, a) in enumerate(pairs):
