@@ -257,6 +257,12 @@ def crashed(records: list[TrialRecord]) -> dict[str, int]:
     return {k: n for k, n in counts.items() if n >= MAX_CRASHES}
 
 
+def _spent_note(budget: Budget, reason: str, when: str = "") -> str:
+    """What the search prints when its budget ends it (`when`: " while proposing")."""
+    return (f"budget {budget} spent{when} ({escape(reason)}); rerun with a larger --budget to search further "
+            "(finished trials are kept)")
+
+
 def _retry(records: list[TrialRecord], space: RecipeSpace, left_s: float | None = None) -> Recipe | None:
     """The oldest recipe to run again before proposing: one whose worker died mid-trial (`interrupted`)
     or whose training the budget cut short (`stopped`), unless the study has finished or is running the
@@ -578,8 +584,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 reason = (f"{left:.0f}s of the wall-clock budget left, less than a trial's held-out scoring "
                           f"({ctx.score_s:.0f}s)")
             if reason:  # said: a set-up that used the whole budget ended with 0 trials, exit 0, no word (stop 38)
-                progress.console.print(f"budget {budget} spent ({escape(reason)}); rerun with a larger --budget to "
-                                       "search further (finished trials are kept)")
+                progress.console.print(_spent_note(budget, reason))
                 break
             for key, n in crashed(records).items():
                 if key not in given_up:
@@ -614,8 +619,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 ledger.withdraw(trial, "the budget ran out while proposing")
                 # read again without the withdrawn claim, which `spent` counted as a trial still training
                 reason = budget.over_cost(ledger.spent()) or over
-                progress.console.print(f"budget {budget} spent while proposing ({escape(reason)}); rerun with a "
-                                       "larger --budget to search further (finished trials are kept)")
+                progress.console.print(_spent_note(budget, reason, " while proposing"))
                 break
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this

@@ -21,6 +21,14 @@ class SpaceError(ValueError):
     """A malformed space or a recipe that does not fit it."""
 
 
+def choice_index(choices: list[Any], value: Any) -> int:
+    """Position of `value` in `choices`, telling True from 1 (list.index would not)."""
+    for i, c in enumerate(choices):
+        if c == value and type(c) is type(value):
+            return i
+    return choices.index(value)
+
+
 @dataclass
 class Param:
     name: str
@@ -92,8 +100,7 @@ class Param:
                 return (math.log(float(value)) - math.log(lo)) / (math.log(hi) - math.log(lo))
             return (float(value) - lo) / (hi - lo)
         choices = self.choices or []
-        i = next((i for i, c in enumerate(choices) if c == value and type(c) is type(value)), None)
-        return ((choices.index(value) if i is None else i) + 0.5) / len(choices)  # True is not 1 (stop 42)
+        return (choice_index(choices, value) + 0.5) / len(choices)  # True is not 1 (list.index read it as 1 until stop 42)
 
     def contains(self, value: Any) -> bool:
         if self.kind in ("float", "int"):

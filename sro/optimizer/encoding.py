@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from sro.space import Param, RecipeSpace, SpaceError
+from sro.space import Param, RecipeSpace, SpaceError, choice_index
 
 INACTIVE_NUMERIC = 0.5
 """Encoded value of an inactive float/int parameter: the centre of its column."""
@@ -94,7 +94,7 @@ class RecipeEncoder:
                 choices = list(b.param.choices or [])
                 if values[b.name] not in choices:
                     raise SpaceError(f"{b.name}={values[b.name]!r} is not one of {choices}")
-                x[b.start + _index(choices, values[b.name])] = 1.0
+                x[b.start + choice_index(choices, values[b.name])] = 1.0
             else:
                 x[b.start] = min(max(b.param.to_unit(values[b.name]), 0.0), 1.0)
         return torch.from_numpy(x)
@@ -171,12 +171,6 @@ class RecipeEncoder:
         return Y
 
 
-def _index(choices: list[Any], value: Any) -> int:
-    """Position of `value` in `choices`, telling True from 1 (list.index would not)."""
-    for i, c in enumerate(choices):
-        if c == value and type(c) is type(value):
-            return i
-    return choices.index(value)
 
 
 def sobol_pool(space: RecipeSpace, n: int, seed: int, skip: int = 0) -> list[dict[str, Any]]:
