@@ -141,7 +141,7 @@ def test_a_mixture_refuses_a_domain_without_sources_beside_others_that_have_some
 
 def test_a_negative_source_weight_is_refused_even_when_the_sum_is_positive():
     a, b = ListTask(["q 1"], "a"), ListTask(["q 2"], "b")
-    with pytest.raises(ValueError, match="source weights for 'd' must be 2 values >= 0"):
+    with pytest.raises(ValueError, match="source weights for 'd' must be 2 finite values >= 0"):
         Mixture({"d": [a, b]}, source_weights={"d": [1.0, -0.5]})
 
 

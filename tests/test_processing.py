@@ -324,10 +324,21 @@ def test_the_mixture_reads_the_first_period_items_round_and_round_and_counts_wha
 
 def test_mixture_weights_that_sum_to_zero_are_refused_when_the_mixture_is_made():
     a, b = ListTask(["q 1"], "a"), ListTask(["q 2"], "b")
-    with pytest.raises(ValueError, match="mixture weights must be >= 0 with a positive sum"):
+    with pytest.raises(ValueError, match="mixture weights must be finite, >= 0, with a positive sum"):
         Mixture({"d": [a], "e": [b]}, weights={"d": 0.0, "e": 0.0})
-    with pytest.raises(ValueError, match="source weights for 'd' must be 2 values >= 0 with a positive sum"):
+    with pytest.raises(ValueError, match="source weights for 'd' must be 2 finite values >= 0 with a positive sum"):
         Mixture({"d": [a, b]}, source_weights={"d": [0.0, 0.0]})
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_non_finite_mixture_weights_are_refused_when_the_mixture_is_made(bad):
+    """A NaN weight passed `v < 0` and the sum check (NaN compares false), and an infinite one made every
+    other weight 0 after the division; both then failed (or drew one domain only) in `random.choices`."""
+    a, b = ListTask(["q 1"], "a"), ListTask(["q 2"], "b")
+    with pytest.raises(ValueError, match="mixture weights must be finite"):
+        Mixture({"d": [a], "e": [b]}, weights={"d": bad, "e": 1.0})
+    with pytest.raises(ValueError, match="source weights for 'd' must be 2 finite values"):
+        Mixture({"d": [a, b]}, source_weights={"d": [bad, 1.0]})
 
 
 def test_a_source_the_filters_empty_is_dropped_and_its_share_drawn_from_the_others():

@@ -3,6 +3,7 @@ in order from each source, skipping any question that belongs to a held-out benc
 
 from __future__ import annotations
 
+import math
 import random
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -25,15 +26,16 @@ class Mixture:
         self.domains = list(tasks)
         self.tasks = {d: list(v) for d, v in tasks.items()}
         w = {d: float((weights or {}).get(d, 1.0)) for d in self.domains}
-        if any(v < 0 for v in w.values()) or sum(w.values()) <= 0:
-            raise ValueError(f"mixture weights must be >= 0 with a positive sum; got {w}")
+        if not all(math.isfinite(v) and v >= 0 for v in w.values()) or sum(w.values()) <= 0:  # NaN passed `v < 0`
+            raise ValueError(f"mixture weights must be finite, >= 0, with a positive sum; got {w}")
         total = sum(w.values())
         self.weights = {d: v / total for d, v in w.items()}
         self.source_weights = {d: [float(x) for x in sw] for d, sw in (source_weights or {}).items()}
         """Per domain, the weight of each of its sources (default: uniform)."""
         for d, sw in self.source_weights.items():
-            if d not in self.tasks or len(sw) != len(self.tasks[d]) or min(sw) < 0 or sum(sw) <= 0:
-                raise ValueError(f"source weights for {d!r} must be {len(self.tasks.get(d, []))} values >= 0 "
+            if (d not in self.tasks or len(sw) != len(self.tasks[d]) or not all(math.isfinite(x) and x >= 0 for x in sw)
+                    or sum(sw) <= 0):
+                raise ValueError(f"source weights for {d!r} must be {len(self.tasks.get(d, []))} finite values >= 0 "
                                  f"with a positive sum; got {sw}")
         self.rng = random.Random(seed)
         self.cursor: dict[tuple[str, int], int] = {}
