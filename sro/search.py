@@ -292,6 +292,34 @@ def _start_recipes(project: ProjectConfig, space: RecipeSpace, run_dir: Path, re
                          source=project._source)
 
 
+CUT_SHORT = 0.5
+"""A recipe is not started when the wall time left, less its held-out scoring, would stop its training before
+this fraction of its steps at the study's pace (`_cut_short`): its scores would be a shorter recipe's, kept apart
+from the model's evidence (until stop 43 the agent demo's last trial started with time for 1 of its 47 steps)."""
+
+
+def _pace_s(records: list[TrialRecord]) -> float | None:
+    """Median seconds per training step of the study's complete trials (the last step's `wall_s`, counted from
+    the trainer's start, over the steps); None before any complete trial has a timed step."""
+    paces = [float(r.curve[-1]["wall_s"]) / len(r.curve) for r in records
+             if r.state == "complete" and r.curve and "wall_s" in r.curve[-1]]
+    return float(np.median(paces)) if paces else None
+
+
+def _cut_short(recipe: Recipe, records: list[TrialRecord], left_s: float | None, score_s: float) -> str | None:
+    """Why `recipe` should not start with `left_s` seconds of wall-clock budget left (None: it may): at the
+    study's median pace its training would stop before `CUT_SHORT` of its steps."""
+    pace = _pace_s(records)
+    if left_s is None or pace is None:
+        return None
+    steps = int(recipe.get("steps", GRPOConfig.steps))
+    if left_s - score_s >= CUT_SHORT * steps * pace:
+        return None
+    return (f"{left_s:.0f}s of the wall-clock budget left: the next recipe's {steps} steps (~{pace:.1f}s each at "
+            f"this study's pace) and its held-out scoring ({score_s:.0f}s) would stop before "
+            f"{CUT_SHORT:.0%} of its training")
+
+
 SHARED_CHECK_S = 10.0
 """How often a training trial records its cost so far and re-reads the study's (`_budget_spent`)."""
 
@@ -607,6 +635,10 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                                            "(widen a range or add a choice in space.yaml to search further)[/]")
                     break
                 recipe = proposed[0]
+            if (short := _cut_short(recipe, records, budget.remaining_wall_s(ledger.spent()), ctx.score_s)):
+                reason = short
+                progress.console.print(_spent_note(budget, reason))
+                break
             trial = ledger.start(recipe, space, budget.trials)
             if trial is None:  # another worker on this storage claimed the recipe, or the last trial, first
                 progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {escape(ledger.withdrawal)}[/]")

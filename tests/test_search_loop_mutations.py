@@ -64,7 +64,8 @@ class Search:
     recipe it is given and returns a complete trial costing `trial_s` seconds. It never waits (the tests of
     the wait give their own `sleep`) and runs at most `MAX_TRIALS` trials."""
 
-    def __init__(self, tmp_path: Path, monkeypatch, name: str, score_s: float = 0.5, trial_s: float = 2.0):
+    def __init__(self, tmp_path: Path, monkeypatch, name: str, score_s: float = 0.5, trial_s: float = 2.0,
+                 step_s: float | None = None):
         self.runs = tmp_path / "runs"
         (self.runs / name).mkdir(parents=True)
         (self.runs / name / "space.yaml").write_text(SPACE)
@@ -87,8 +88,10 @@ class Search:
             if len(self.ran) > MAX_TRIALS:
                 raise Runaway(f"{len(self.ran)} trials: the search does not stop on its budget")
             steps = int(recipe.get("steps"))
+            curve = [{"reward": 0.1, **({"wall_s": step_s * (i + 1)} if step_s is not None else {})}
+                     for i in range(steps)]
             return TrialOutcome({"arithmetic/add": 0.4}, {"wall_s": trial_s, "train_s": trial_s, "tokens": 64.0},
-                                [{"reward": 0.1}] * steps, {})
+                                curve, {})
 
         monkeypatch.setattr(SearchContext, "prepare", classmethod(prepare))
         monkeypatch.setattr(SearchContext, "score_base", score_base)
@@ -147,6 +150,25 @@ def test_a_trial_starts_while_the_wall_time_left_holds_its_scoring_and_the_trial
     summary = search("1h,1trials")
     assert len(search.ran) == 1 and [t.state for t in summary.trials] == ["complete"]
     assert summary.stop_reason == "1/1 trials done"
+
+
+@pytest.mark.parametrize("step_s, trials", [(400.0, 2), (100.0, 3)])
+def test_no_recipe_starts_that_the_wall_time_left_would_stop_before_half_its_training(tmp_path, monkeypatch,
+                                                                                      step_s, trials):
+    """Each trial costs 1500 s of an hour and trains 3 or 4 steps of `step_s` seconds; scoring takes 100 s.
+    After two trials about 600 s are left: at 400 s a step a third recipe would train 1 of its steps, so the
+    search ends and says why (until stop 43 it started it, and recorded it as stopped); at 100 s a step half
+    its training fits, so it starts (and the budget then ends the search)."""
+    search = Search(tmp_path, monkeypatch, f"pace-{trials}", score_s=100.0, trial_s=1500.0, step_s=step_s)
+    summary = search("1h")
+    assert len(search.ran) == trials and [t.state for t in summary.trials] == ["complete"] * trials
+    if trials == 2:
+        assert "of the wall-clock budget left: the next recipe's" in summary.stop_reason
+        assert "(~400.0s each at this study's pace)" in summary.stop_reason
+        assert summary.stop_reason.endswith("would stop before 50% of its training")
+        assert "would stop before 50% of its training" in search.printed
+    else:
+        assert "would stop before" not in summary.stop_reason
 
 
 def test_without_a_wall_clock_limit_the_held_out_scoring_reserves_nothing(tmp_path, monkeypatch):
