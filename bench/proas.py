@@ -12,7 +12,7 @@ later, final no lower).
 
 Run from the repo root: `.venv/bin/python bench/proas.py` (10 seeds, one process per core: about 7.5 min on 2 cores, 444 s measured;
 env BENCH_SEEDS, BENCH_ITERS to resize; BENCH_METHODS to run a subset, BENCH_PROAS='{"lam": 0.25}' to change ProAS's
-settings, BENCH_MAX_STEPS, BENCH_LR, BENCH_TRAIN_GAMES, BENCH_JOBS to override the settings below).
+settings, BENCH_MAX_STEPS, BENCH_LR, BENCH_TRAIN_GAMES, BENCH_HABIT, BENCH_JOBS to override the settings below).
 BENCH_MODEL (a local model folder or an HF model id) replaces the embedded tiny base model and
 BENCH_DEVICE (cpu | cuda | auto) picks where it trains: the speed goal is about long-horizon games
 (BENCH_LEVEL 4 and up), which the tiny model cannot play (docs/agent.md), so a larger model on a GPU
@@ -72,7 +72,9 @@ JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, usable_cores()))))
 SMOOTH = 3
 """Evaluations averaged for the smoothed curve (192 episodes, SE about 0.03): a single evaluation's
 first crossing of the threshold is mostly noise (docs/agent.md)."""
-PRETRAIN = TinySpec(pretrain_steps=150, habit_rate=0.3)
+PRETRAIN = TinySpec(pretrain_steps=150, habit_rate=float(os.environ.get("BENCH_HABIT", "0.3")))
+"""The base model's pre-training: env BENCH_HABIT sets the share of its pre-training answers with the weak teacher's
+habit (`The answer is go east`, which the game rejects), i.e. how often the base commits an invalid command."""
 MODEL = os.environ.get("BENCH_MODEL", "")
 """A base model to use instead of the tiny one (empty: the tiny model, pre-trained on sibling games)."""
 DEVICE = os.environ.get("BENCH_DEVICE", "cpu")
