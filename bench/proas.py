@@ -63,7 +63,8 @@ SEEDS = [int(s) for s in os.environ.get("BENCH_SEEDS", ",".join(map(str, range(1
 """10 seeds: with 5 the verdict flipped between seeds 0-4 (1.80x, pass) and seeds 5-9 (0.86x, fail)."""
 ITERS = int(os.environ.get("BENCH_ITERS", "12"))
 EPISODES_PER_ITER = 32  # 4 games x groups of 8
-THRESHOLD = float(os.environ.get("BENCH_THRESHOLD", "0.8"))
+THRESHOLD = float(os.environ.get("BENCH_THRESHOLD", "0.6"))
+"""0.8 until stop 47, with a base model of habit 0.3 starting at 0.67 held-out; see PRETRAIN."""
 EVAL_EPISODES = 8
 """Sampled episodes per held-out game at each evaluation (temperature 1, fixed seed): 64 a time, so
 held-out success moves in steps of 1/64 (binomial SE about 0.055 at 0.75)."""
@@ -72,9 +73,12 @@ JOBS = int(os.environ.get("BENCH_JOBS", str(min(2, usable_cores()))))
 SMOOTH = 3
 """Evaluations averaged for the smoothed curve (192 episodes, SE about 0.03): a single evaluation's
 first crossing of the threshold is mostly noise (docs/agent.md)."""
-PRETRAIN = TinySpec(pretrain_steps=150, habit_rate=float(os.environ.get("BENCH_HABIT", "0.3")))
+PRETRAIN = TinySpec(pretrain_steps=150, habit_rate=float(os.environ.get("BENCH_HABIT", "0.6")))
 """The base model's pre-training: env BENCH_HABIT sets the share of its pre-training answers with the weak teacher's
-habit (`The answer is go east`, which the game rejects), i.e. how often the base commits an invalid command."""
+habit (`The answer is go east`, which the game rejects), i.e. how often the base commits an invalid command.
+Since stop 47, 0.6 and THRESHOLD 0.6, by a rule written before the run (docs/agent.md, stop 47): with 0.3 the base
+starts at held-out success 0.67 and GRPO plateaus at 0.60-0.75, so a threshold of 0.8 was reached on few seeds;
+with 0.6 the base starts at 0.31 and GRPO reached 0.6 on all 10 tuning seeds 100-109 (median 160 episodes)."""
 MODEL = os.environ.get("BENCH_MODEL", "")
 """A base model to use instead of the tiny one (empty: the tiny model, pre-trained on sibling games)."""
 DEVICE = os.environ.get("BENCH_DEVICE", "cpu")

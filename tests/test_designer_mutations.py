@@ -222,3 +222,102 @@ def test_a_cache_file_that_is_json_but_not_the_measurements_is_a_miss(tmp_path):
     path.write_text('{"sources": {}, "train_samples_per_s": 3.0}')
     assert _read_cache(path) == {"sources": {}, "train_samples_per_s": 3.0}
 
+
+
+# --- sro/designer/llm.py (stop 47's sweep) ---------------------------------------------------------
+
+class _Completions:
+    """`client.chat.completions.create` answering from `script`: an exception is raised, anything else
+    is wrapped as a chat completion whose message content it is."""
+
+    def __init__(self, script: list) -> None:
+        self.script, self.calls = list(script), 0
+
+    def create(self, **kw):
+        from types import SimpleNamespace
+
+        self.calls += 1
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        message = SimpleNamespace(role="assistant", content=step)
+        return SimpleNamespace(choices=[SimpleNamespace(index=0, finish_reason="stop", message=message)])
+
+
+class _Client:
+    def __init__(self, script: list) -> None:
+        from types import SimpleNamespace
+
+        self.completions = _Completions(script)
+        self.chat = SimpleNamespace(completions=self.completions)
+
+    def close(self) -> None:
+        pass
+
+
+def _busy(status: int, retry_after: str | None):
+    """The openai client's error for an HTTP `status` answer with that Retry-After header."""
+    import httpx
+    import openai
+
+    headers = {"retry-after": retry_after} if retry_after is not None else {}
+    response = httpx.Response(status, headers=headers, request=httpx.Request("POST", "http://x/v1/chat/completions"))
+    cls = openai.RateLimitError if status == 429 else openai.InternalServerError
+    return cls("busy", response=response, body=None)
+
+
+def _llm_designed(project: ProjectConfig) -> ProjectConfig:
+    return project.model_copy(update={"designer": project.designer.model_copy(update={
+        "kind": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "fake", "timeout_s": 5.0})})
+
+
+def test_a_busy_endpoint_is_asked_again_after_its_retry_after_capped_at_30_s(monkeypatch):
+    """`_create`: a 429 naming Retry-After 3600 s waits 30 s (the cap), a 500 naming none waits 2^attempt s
+    (2 s at the second attempt), a Retry-After that is an HTTP date (not seconds) waits 2^attempt too; the
+    third attempt's answer is returned. Sleeps are recorded, not slept."""
+    import sro.designer.llm as llm
+
+    waits: list[float] = []
+    monkeypatch.setattr(llm.time, "sleep", waits.append)
+    client = _Client([_busy(429, "3600"), _busy(500, None), "answer"])
+    assert llm._create(client, "fake", [], {}, 5.0).choices[0].message.content == "answer"
+    assert waits == [30.0, 2.0] and client.completions.calls == 3
+    waits.clear()
+    client = _Client([_busy(429, "Wed, 21 Oct 2026 07:28:00 GMT"), _busy(429, "1.5"), "answer"])
+    llm._create(client, "fake", [], {}, 5.0)
+    assert waits == [1.0, 1.5]
+    waits.clear()
+    with pytest.raises(Exception, match="busy"):  # the last attempt's error is the caller's
+        llm._create(_Client([_busy(500, "0")] * 3), "fake", [], {}, 5.0)
+    assert waits == [0.0, 0.0]
+
+
+def test_an_answer_whose_content_is_not_text_is_refused_and_text_parts_are_read():
+    """`_ask`: content given as text parts (`[{"type": "text", "text": ...}]`, as some OpenAI-compatible servers
+    answer) is their joined text; content of another type (a JSON object, a number) or empty is a
+    DesignerFailed that says so, never handed on to the JSON reader."""
+    from sro.designer.llm import DesignerFailed, _ask
+
+    project = _llm_designed(load_project(ROOT / "search_spaces" / "quickstart.yaml"))
+    parts = [{"type": "text", "text": '{"params": '}, {"type": "text", "text": "[]}"}]
+    assert _ask(_Client([parts]), project, []) == '{"params": []}'
+    for content, needle in (({"params": []}, "content of type dict, not text"), (7, "content of type int"),
+                            ([{"type": "image_url"}], "content of type list"), ("", "no content"),
+                            (None, "no content")):
+        with pytest.raises(DesignerFailed, match=needle):
+            _ask(_Client([content]), project, [])
+
+
+def test_a_fixed_value_of_a_categorical_knob_must_be_one_of_its_choices():
+    """`review` refuses a fixed value a categorical knob does not declare (`scale_rewards: tokenwise`; the
+    choices are group, batch, none) with the declared choices in the message, and keeps a declared one."""
+    from sro.designer.llm import SpaceAnswer, review
+
+    project = load_project(ROOT / "search_spaces" / "quickstart.yaml")
+    catalog = build_catalog(project)
+    base = {"params": [{"name": "lr", "kind": "float", "low": 1e-5, "high": 1e-3, "log": True, "why": "x"}]}
+    with pytest.raises(ValueError, match=r"fixed scale_rewards: 'tokenwise' is not a declared categorical value "
+                                         r"\(\('group', 'batch', 'none'\)\)"):
+        review(SpaceAnswer.model_validate({**base, "fixed": {"scale_rewards": "tokenwise"}}), catalog, project)
+    space, _ = review(SpaceAnswer.model_validate({**base, "fixed": {"scale_rewards": "batch"}}), catalog, project)
+    assert space.fixed["scale_rewards"] == "batch"

@@ -474,7 +474,13 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
     except (AttributeError, TypeError, IndexError, KeyError):
         raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered with something that is not a chat completion "
                              f"({type(resp).__name__}); check designer.base_url (it ends in /v1 for most servers)") from None
-    if not content or not isinstance(content, str):
+    if isinstance(content, list):  # content parts ({"type": "text", "text": ...}), as some servers answer
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        content = "".join(texts) if texts and all(isinstance(t, str) for t in texts) else content
+    if content is not None and not isinstance(content, str):
+        raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered with content of type {type(content).__name__}, "
+                             "not text; check that designer.base_url serves chat completions")
+    if not content:
         raise DesignerFailed(f"the endpoint {_masked(d.base_url)} answered with no content")
     if getattr(resp.choices[0], "finish_reason", None) == "length":  # it read as a JSON error at its last column
         raise DesignerFailed(f"the answer of {d.model or 'default'} at {_masked(d.base_url)} was cut off at the server's "
