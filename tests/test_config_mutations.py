@@ -116,3 +116,18 @@ def test_a_recipe_file_that_is_not_one_hints_at_a_project_only_for_a_project(tmp
         assert msg.startswith("r.yaml: not a recipe file (it needs `project:` and `recipe:`)") and msg.endswith(
             "; export one"), msg
         assert ("it is a project file, which `sro search` runs" in msg) is hint, text
+
+
+def test_a_game_benchmarks_size_defaults_to_its_game_count_even_for_one_game():
+    """A TextWorld benchmark without `size` plays each of its held-out games once: `games: 1` gives size 1 and
+    `games: 2.0` size 2 (a bound of 2 games, or a count > 1, gave the one-game benchmark size 100: a hundred
+    greedy replays of one game); a size above the count is refused with both fixes."""
+    from sro.config import BenchmarkConfig
+
+    def size(**kw):
+        return BenchmarkConfig(name="g", textworld="coin_collector", **kw).size
+
+    assert (size(config={"games": 1}), size(config={"games": 2.0}), size(config={"games": 8})) == (1, 2, 8)
+    with pytest.raises(ValueError, match=r"size 3 is more than the benchmark's 2 held-out games \(one greedy episode "
+                                         r"each\); set config.games: 3, or size: 2"):
+        size(config={"games": 2}, size=3)

@@ -45,3 +45,29 @@ def test_numbers_a_relative_millionth_apart_are_the_same_and_further_apart_are_n
     (a strict `<` called them different); 1.5 and 1.4999984 differ by more."""
     assert same_number("1.5", "1.4999985") and same_number("1.4999985", "1.5")
     assert not same_number("1.5", "1.4999984")
+
+
+def test_a_jsonl_source_with_no_rows_is_refused(tmp_path):
+    """A JSONL file of blank lines only is "empty" when the project is checked, not a source of no items
+    (a count started at 1, or the check skipped, let it through)."""
+    from evaluators.sources import check_source_spec
+
+    (tmp_path / "blank.jsonl").write_text("\n\n")
+    with pytest.raises(SourceSpecError, match="blank.jsonl is empty") as e:
+        check_source_spec(SourceSpec(kind="jsonl", target=str(tmp_path / "blank.jsonl"), config={}))
+    assert e.value.field == "jsonl"
+
+
+def test_a_saved_dataset_folder_of_splits_reads_the_split_asked_and_names_the_ones_it_has(tmp_path):
+    """A `DatasetDict.save_to_disk` folder: `config.split` picks the rows; a split it lacks is refused with its
+    splits listed (skipping the check indexed the dict with the missing key)."""
+    import datasets
+
+    rows = {"question": ["1+1", "2+2"], "answer": ["2", "4"]}
+    datasets.DatasetDict({"train": datasets.Dataset.from_dict(rows),
+                          "test": datasets.Dataset.from_dict({k: v[:1] for k, v in rows.items()})}
+                         ).save_to_disk(str(tmp_path / "saved"))
+    got = load_dataset_rows(SourceSpec(kind="dataset", target=str(tmp_path / "saved"), config={"split": "test"}))
+    assert [(r["question"], r["answer"]) for r in got] == [("1+1", "2")]
+    with pytest.raises(SourceSpecError, match=r"has no split 'validation'; its splits: train, test \(config.split\)"):
+        load_dataset_rows(SourceSpec(kind="dataset", target=str(tmp_path / "saved"), config={"split": "validation"}))
