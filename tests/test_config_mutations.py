@@ -131,3 +131,23 @@ def test_a_game_benchmarks_size_defaults_to_its_game_count_even_for_one_game():
     with pytest.raises(ValueError, match=r"size 3 is more than the benchmark's 2 held-out games \(one greedy episode "
                                          r"each\); set config.games: 3, or size: 2"):
         size(config={"games": 2}, size=3)
+
+
+def test_the_readmes_reference_yaml_states_every_default_it_shows():
+    """The README's annotated project YAML shows the defaults of `runtime`, `designer`, `pruning`, `seed`,
+    `base_model`, `budget`, `storage` and `heartbeat_s`: each equals the default a project that leaves the key
+    out gets (a changed default passed every test: `tiny_pretrain_steps` 801, `heartbeat_s` 61, ...)."""
+    import re
+
+    from sro.config import DesignerConfig, ProjectConfig, PruningConfig, RuntimeConfig
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", readme, re.S) if "heartbeat_s:" in b)
+    shown = yaml.safe_load(block)
+    for section, model in (("runtime", RuntimeConfig), ("designer", DesignerConfig), ("pruning", PruningConfig)):
+        default = model().model_dump()
+        assert set(shown[section]) == set(default), section
+        for key, value in shown[section].items():
+            assert value == pytest.approx(default[key], abs=1e-3), f"{section}.{key}"
+    for key in ("seed", "base_model", "budget", "storage", "heartbeat_s"):
+        assert shown[key] == ProjectConfig.model_fields[key].default, key
