@@ -151,3 +151,8 @@ def test_the_readmes_reference_yaml_states_every_default_it_shows():
             assert value == pytest.approx(default[key], abs=1e-3), f"{section}.{key}"
     for key in ("seed", "base_model", "budget", "storage", "heartbeat_s"):
         assert shown[key] == ProjectConfig.model_fields[key].default, key
+
+
+def test_a_missing_required_key_is_named_with_the_fix(micro_project):
+    msg = _error(micro_project, lambda d: d.pop("name"))
+    assert msg == "name: required key is missing; add it", msg
