@@ -24,3 +24,17 @@ objectives:
 budget: 2trials
 runtime: {{tiny_pretrain_steps: 30, threads: 2}}
 """
+
+
+def changed_micro(micro_project, mutate=None, raw=None):
+    """Write the micro project changed by `mutate(dict)` (or replaced by `raw(text)`); return its path."""
+    import yaml
+
+    path = micro_project()
+    if raw is not None:
+        path.write_text(raw(path.read_text()))
+    else:
+        data = yaml.safe_load(path.read_text())
+        mutate(data)
+        path.write_text(yaml.safe_dump(data))
+    return path

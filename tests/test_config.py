@@ -9,6 +9,8 @@ import yaml
 from sro.budget import Budget, BudgetError, Spent
 from sro.config import ConfigError, load_project
 
+from micro import changed_micro  # tests/micro.py (pytest puts tests/ on sys.path)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -21,13 +23,7 @@ def test_quickstart_loads():
 
 def _err(micro_project, mutate=None, raw=None) -> str:
     """Write the micro project changed by `mutate(dict)` (or replaced by `raw` text); return the error."""
-    path = micro_project()
-    if raw is not None:
-        path.write_text(raw(path.read_text()))
-    else:
-        data = yaml.safe_load(path.read_text())
-        mutate(data)
-        path.write_text(yaml.safe_dump(data))
+    path = changed_micro(micro_project, mutate, raw)
     with pytest.raises(ConfigError) as e:
         load_project(path)
     msg = str(e.value)

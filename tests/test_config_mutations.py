@@ -11,22 +11,13 @@ import yaml
 
 from sro.config import ConfigError, SourceConfig, load_project
 
-
-def _load(micro_project, mutate=None, raw=None):
-    path = micro_project()
-    if raw is not None:
-        path.write_text(raw(path.read_text()))
-    else:
-        data = yaml.safe_load(path.read_text())
-        mutate(data)
-        path.write_text(yaml.safe_dump(data))
-    return path, (lambda: load_project(path, trains=False))
+from micro import changed_micro  # tests/micro.py (pytest puts tests/ on sys.path)
 
 
 def _error(micro_project, mutate=None, raw=None) -> str:
-    path, load = _load(micro_project, mutate, raw)
+    path = changed_micro(micro_project, mutate, raw)
     with pytest.raises(ConfigError) as e:
-        load()
+        load_project(path, trains=False)
     return str(e.value).removeprefix(f"{path}: ")
 
 
@@ -50,8 +41,8 @@ def test_a_pruning_fraction_at_either_end_of_a_trial_is_refused(micro_project, a
 
 
 def test_pruning_fractions_are_sorted_and_kept_once(micro_project):
-    _, load = _load(micro_project, lambda d: d.update(pruning={"at": [0.5, 0.25, 0.5]}))
-    assert load().pruning.at == [0.25, 0.5]
+    path = changed_micro(micro_project, lambda d: d.update(pruning={"at": [0.5, 0.25, 0.5]}))
+    assert load_project(path, trains=False).pruning.at == [0.25, 0.5]
 
 
 def test_more_than_three_errors_name_three_and_count_the_rest(micro_project):
