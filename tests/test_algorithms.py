@@ -117,6 +117,15 @@ def test_a_nan_or_infinite_setting_is_named_before_training():
         with pytest.raises(RecipeValueError) as e:
             config_for(algo, values)
         assert e.value.keys == keys and e.value.located({k: f"R.{k}" for k in keys}).startswith(located)
+    # `eps` sets both clip bounds: a bad one is said once (until stop 48 "R.eps must be >= 0 (got -1.0); eps must be
+    # >= 0 (got -1.0)"); a bound given beside it keeps its own message
+    with pytest.raises(RecipeValueError) as e:
+        config_for("grpo", {"eps": -1.0})
+    assert e.value.keys == ("eps",) and e.value.located({"eps": "R.eps"}) == "R.eps must be >= 0 (got -1.0)"
+    with pytest.raises(RecipeValueError) as e:
+        config_for("grpo", {"eps": -1.0, "eps_high": -0.5})
+    assert e.value.located({"eps": "R.eps", "eps_high": "R.eps_high"}) == (
+        "R.eps must be >= 0 (got -1.0); R.eps_high must be >= 0 (got -0.5)")
 
 
 class _Echo:

@@ -673,6 +673,19 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     # the training task knows the held-out games, and plays none of them
     assert ctx.tasks["agent"][0].exclude == ctx.benchmarks["agent/coin"].task.signatures()
     assert ctx.overlap == {"agent/coin": 0.0}
+    # training episodes an environment error ended are counted, and the note names the first
+    real_train = MultiTurnTrainer.train
+
+    def train_with_errors(self, on_step=None):
+        curve = real_train(self, on_step)
+        self.failures += ["game 3: env error: OSError: first", "game 5: env error: OSError: second"]
+        return curve
+
+    monkeypatch.setattr(MultiTurnTrainer, "train", train_with_errors)
+    noted = run_trial(recipe, ctx)
+    assert noted.metrics["env_errors"] == 2 and noted.notes[0] == (
+        "2 training episode(s) ended by an environment error, e.g. game 3: env error: OSError: first")
+    monkeypatch.setattr(MultiTurnTrainer, "train", real_train)
     # the multi-turn trainer has no failure clock: a non-finite loss fails the trial at that step
     real_step = MultiTurnTrainer.step
     monkeypatch.setattr(MultiTurnTrainer, "step", lambda self: {**real_step(self), "loss": float("nan")})

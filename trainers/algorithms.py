@@ -252,6 +252,8 @@ def _cited(message: str, detail: str, origin: dict[str, str]) -> RecipeValueErro
         if re.search(_word(f), detail):
             detail = re.sub(_word(f), lambda _m, k=k: k, detail, count=1)
             keys.append(k)
+    # one recipe key can set two fields (`eps`: eps_low and eps_high); their messages then read the same: once
+    detail = "; ".join(dict.fromkeys(detail.split("; ")))
     return RecipeValueError(tuple(dict.fromkeys(keys)), detail, message)
 
 
