@@ -3,6 +3,8 @@ docstring passed every test that runs the changed line (the whole suite, traced 
 
 from __future__ import annotations
 
+import pytest
+
 from sro.executor import HeldOutNotes, TrialCollapsed, cut_by_limit
 from trainers.grpo import GRPOConfig
 
@@ -115,8 +117,6 @@ def test_a_trainer_config_error_that_names_no_recipe_key_is_said_with_the_recipe
     """Every check of today names the key it refuses; an error that names none (a trainer's own, in the future)
     is still said as one line starting with the recipe's file, not by the recipe's hash key (the branch was
     unpinned: `if-body -> pass` and `or -> and` passed the suite)."""
-    import pytest
-
     import sro.executor as ex
     from sro.recipe import Recipe
 

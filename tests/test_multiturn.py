@@ -19,8 +19,8 @@ from trainers.grpo import GRPOConfig
 from trainers.core import ADVANTAGES
 from trainers.models import load_policy
 from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,
-                                credit, evaluate_episodes, expected_confidence, multi_turn_config, pack,
-                                play_episodes)
+                                confidence_records, credit, evaluate_episodes, expected_confidence, multi_turn_config,
+                                pack, play_episodes)
 from trainers.proas import ProASConfig, ReferenceGraph, deviations
 from trainers.readout import (SCALE_TOKENS, ConfidenceReadout, add_scale_tokens, confidence_token_ids, digit_token_ids,
                               final_states)
@@ -158,6 +158,25 @@ def test_an_episode_the_env_crashed_is_left_out_of_its_groups_baseline():
     got = credit(mixed, torch.tensor([0.0, 1.0, 0.0, 1.0]), cfg, None)
     survivors = ADVANTAGES.get(cfg.base.scale_rewards)(torch.tensor([1.0, 0.0, 1.0]), 3).tolist()
     assert got == [[0.0], [survivors[0]], [survivors[1]], [survivors[2]]]
+    # groups of 3: the two left after a crash are compared with each other; one left gets 0 like the crashed ones
+    # (a threshold of 3, stop 48's sweep, zeroed the first group too)
+    cfg = MultiTurnConfig(GRPOConfig(group_size=3))
+    two_left = [_episode([("s0", "go east")], True), _episode([("s0", "go west")], False), mid_crash(),
+                _episode([("s0", "go east")], True), mid_crash(), mid_crash()]
+    pair = ADVANTAGES.get(cfg.base.scale_rewards)(torch.tensor([1.0, 0.0]), 2).tolist()
+    assert pair[0] > 0 > pair[1]
+    assert credit(two_left, torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0]), cfg, None) == [
+        [pair[0]], [pair[1]], [0.0], [0.0], [0.0], [0.0]]
+
+
+def test_a_step_without_a_stated_confidence_reads_one_half():
+    """Calibration records take a step's stated confidence, and 0.5 where it stated none (stop 48's sweep: `is`
+    for `is not` swapped them)."""
+    won, lost = _episode([("s0", "go east"), ("s1", "take coin")], True), _episode([("s0", "go west")], False)
+    won.steps[0].confidence, lost.steps[0].confidence = 0.9, 0.2
+    recs = confidence_records([won, lost])
+    assert [(r.episode, r.step, r.confidence, r.success) for r in recs] == [
+        (0, 0, 0.9, True), (0, 1, 0.5, True), (1, 0, 0.2, False)]
 
 
 class _FreeText(TextEnv):
