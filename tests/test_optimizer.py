@@ -4,6 +4,7 @@ against Optuna's own conformance suite."""
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import statistics
 from collections.abc import Callable
@@ -475,7 +476,7 @@ def test_a_trial_asked_while_another_runs_gets_another_point() -> None:
     study = optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=2, n_startup_trials=4,
                                                                                pool_size=200))
     study.optimize(_two_objectives, n_trials=6)
-    first, second = study.ask(), study.ask()  # relative params are sampled at ask()
+    first, second = study.ask(), study.ask()  # Optuna 5 samples relative params at the first suggest
     a = (first.suggest_float("x", 0, 1), first.suggest_int("y", 0, 100))
     b = (second.suggest_float("x", 0, 1), second.suggest_int("y", 0, 100))
     assert a != b
@@ -486,6 +487,79 @@ def test_a_trial_asked_while_another_runs_gets_another_point() -> None:
         st.optimize(_two_objectives, n_trials=12, n_jobs=2)
         points = [(t.params["x"], t.params["y"]) for t in st.trials]
         assert len(set(points)) == len(points), points
+
+
+def test_a_trial_asked_while_another_runs_has_that_ones_proposal_as_a_running_record(monkeypatch) -> None:
+    """What a thread of optimize(n_jobs > 1) sees, read directly: a trial whose relative sample is drawn but
+    whose objective has suggested nothing yet is a running record with the values proposed for it (from
+    its `PROPOSAL_ATTR`). Optuna 5 draws the relative sample lazily, at the first suggest; the test above
+    suggests both trials' values, so its pending point comes from the first trial's params instead."""
+    histories: list[list[tuple[str, dict]]] = []
+    propose = BoTorchProposer.propose
+
+    def spy(self: BoTorchProposer, history: list[TrialRecord], n: int = 1) -> list[Recipe]:
+        histories.append([(r.state, dict(r.recipe.values)) for r in history])
+        return propose(self, history, n)
+
+    monkeypatch.setattr(BoTorchProposer, "propose", spy)
+    study = optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=2, n_startup_trials=4,
+                                                                               pool_size=100))
+    study.optimize(_two_objectives, n_trials=5)
+    first = study.ask()
+    proposed = dict(first.relative_params)  # drawn now: the trial still has no params
+    assert not first.params and set(proposed) == {"x", "y"}
+    study.ask().relative_params
+    assert [v for state, v in histories[-1] if state == "running"] == [proposed]
+    assert sum(state == "complete" for state, _ in histories[-1]) == 5
+
+
+def test_a_running_trial_s_proposal_is_a_pending_point_only_when_it_is_of_this_space() -> None:
+    """`_proposal` reads the recipe SROSampler stored on a running trial; one with another space's keys, a
+    value outside a distribution or a malformed attribute is no pending point (no test read this before)."""
+    from optuna.distributions import FloatDistribution
+    from optuna.trial import TrialState, create_trial
+
+    from sro.optimizer.optuna_sampler import PROPOSAL_ATTR, _proposal
+
+    space = {"x": FloatDistribution(0, 1), "y": FloatDistribution(0, 1)}
+
+    def running(attr: str) -> optuna.trial.FrozenTrial:
+        return create_trial(state=TrialState.RUNNING, system_attrs={PROPOSAL_ATTR: attr})
+
+    assert _proposal(running(json.dumps({"x": 0.2, "y": 0.7})), space) == {"x": 0.2, "y": 0.7}
+    for bad in ({"x": 0.2}, {"x": 0.2, "y": 0.7, "z": 1.0}, [0.2, 0.7], {"x": 2.0, "y": 0.5}, {"x": "a", "y": 0.5}):
+        assert _proposal(running(json.dumps(bad)), space) is None, bad
+    assert _proposal(running("{not json"), space) is None
+
+
+def test_stepped_distributions_are_searched_on_their_grid_both_ends_included() -> None:
+    """A stepped float or int is searched as a grid index k, value = low + k × step: hand-computed grids,
+    both conversions, and a study whose every proposal lies on its grid (no test used a step before)."""
+    from optuna.distributions import FloatDistribution, IntDistribution
+
+    from sro.optimizer.optuna_sampler import to_optuna_value, to_param, to_recipe_value
+
+    quarter, unit, even = FloatDistribution(0.5, 1.5, step=0.25), FloatDistribution(0, 3, step=1.0), \
+        IntDistribution(2, 10, step=2)
+    assert to_param("q", quarter) == Param("q", "int", 0, 4)
+    assert to_param("u", unit) == Param("u", "int", 0, 3)  # a float's step of 1 is a grid; an int's is not
+    assert to_param("e", even) == Param("e", "int", 0, 4)
+    assert to_param("i", IntDistribution(0, 7, log=False)) == Param("i", "int", 0, 7)
+    assert [to_optuna_value(quarter, k) for k in range(5)] == [0.5, 0.75, 1.0, 1.25, 1.5]
+    assert [to_optuna_value(even, k) for k in (0, 4)] == [2, 10]
+    assert [to_recipe_value(quarter, 1.25), to_recipe_value(even, 8), to_recipe_value(unit, 2.0)] == [3, 3, 2]
+
+    def f(t: optuna.Trial) -> tuple[float, float]:
+        q, u, e = t.suggest_float("q", 0.5, 1.5, step=0.25), t.suggest_float("u", 0, 3, step=1.0), \
+            t.suggest_int("e", 2, 10, step=2)
+        return (q - 1) ** 2 + u, (e - 6) ** 2 - u
+
+    study = optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=0, n_startup_trials=4,
+                                                                               pool_size=100))
+    study.optimize(f, n_trials=8)
+    for t in study.trials:
+        assert t.params["q"] in (0.5, 0.75, 1.0, 1.25, 1.5) and t.params["u"] in (0, 1, 2, 3), t.params
+        assert t.params["e"] in (2, 4, 6, 8, 10), t.params
 
 
 def test_a_sampler_reused_for_another_study_starts_that_study_afresh() -> None:
