@@ -131,6 +131,26 @@ def test_an_env_sources_items_are_steps_of_sibling_games_and_its_games_avoid_the
         tight.signatures()
 
 
+def test_with_confidence_every_fourth_item_asks_for_the_chance_of_success():
+    """`confidence: true`: items 3, 7, 11, ... (`CONFIDENCE_EVERY`) ask for a 0-9 chance of success at a step
+    1 to max_steps, any digit the answer (the format, not the calibration), scored 1 for a stated digit; the
+    other items are the plain steps (no test pinned the cadence, the digits or that score before stop 49)."""
+    import re
+
+    plain, asked = _task(teacher_noise=0.0), _task(teacher_noise=0.0, confidence=True)
+    items, steps = asked.items(400), plain.items(400)
+    conf = [i for i, it in enumerate(items) if it.entry["best"] is None]
+    assert conf == list(range(3, 400, 4))
+    assert [(it.question, it.answer) for i, it in enumerate(items) if i not in conf] == \
+        [(it.question, it.answer) for i, it in enumerate(steps) if i not in conf]
+    assert {items[i].answer for i in conf} == set("0123456789")
+    shown = {int(m.group(1)) for i in conf for m in [re.search(r"step (\d+) of 4", items[i].question)] if m}
+    assert shown == {1, 2, 3, 4}
+    assert asked.score(items[3], "7") == 1.0 and asked.score(items[3], "likely") == 0.0
+    assert asked.score(items[0], items[0].answer) == 1.0
+    assert _task(confidence=0).confidence is False and _task(confidence=1).confidence is True  # 0/1 as false/true
+
+
 @pytest.mark.parametrize("spec, needle", [
     (SourceSpec("env", "corridr", {}), "no environment 'corridr' is registered; did you mean 'corridor'?"),
     (SourceSpec("env", "alfworld", {}), "registered: corridor"),
