@@ -136,6 +136,9 @@ def test_a_policy_loaded_for_training_has_no_dropout(tmp_path):
     assert drops and all(p == 0.0 for p in drops)
     scored, _ = load_policy(str(tmp_path / "g"), "cpu", training=False)
     assert any(m.p == 0.1 for m in scored.modules() if isinstance(m, torch.nn.Dropout))
+    # the config's dropout rates too (a model that reads its config at forward time, or is saved), and only them
+    assert model.config.summary_first_dropout == 0.0 and scored.config.summary_first_dropout == 0.1
+    assert model.config.layer_norm_epsilon == scored.config.layer_norm_epsilon == 1e-5
 
 
 def test_a_qwen2_policy_loaded_for_training_has_no_attention_dropout(tmp_path):
