@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -135,8 +136,6 @@ def test_with_confidence_every_fourth_item_asks_for_the_chance_of_success():
     """`confidence: true`: items 3, 7, 11, ... (`CONFIDENCE_EVERY`) ask for a 0-9 chance of success at a step
     1 to max_steps, any digit the answer (the format, not the calibration), scored 1 for a stated digit; the
     other items are the plain steps (no test pinned the cadence, the digits or that score before stop 49)."""
-    import re
-
     plain, asked = _task(teacher_noise=0.0), _task(teacher_noise=0.0, confidence=True)
     items, steps = asked.items(400), plain.items(400)
     conf = [i for i, it in enumerate(items) if it.entry["best"] is None]

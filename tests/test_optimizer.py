@@ -508,7 +508,7 @@ def test_a_trial_asked_while_another_runs_has_that_ones_proposal_as_a_running_re
     first = study.ask()
     proposed = dict(first.relative_params)  # drawn now: the trial still has no params
     assert not first.params and set(proposed) == {"x", "y"}
-    study.ask().relative_params
+    study.ask().relative_params  # the second trial's sample: the spy's last history is what it saw
     assert [v for state, v in histories[-1] if state == "running"] == [proposed]
     assert sum(state == "complete" for state, _ in histories[-1]) == 5
 
