@@ -26,6 +26,7 @@ evaluations, and proposes in under 2 s. Exit 1 when one is missed.
     .venv/bin/python bench/optimizer.py --quick    # smoke run, goals reported but not enforced
     .venv/bin/python bench/optimizer.py --seeds 5 --first-seed 10 --problems recipe   # seeds 10-14, one problem
     .venv/bin/python bench/optimizer.py --methods sro_ref,random   # SRO told each problem's reference point
+    .venv/bin/python bench/optimizer.py --methods sro_warp,random  # SRO's GP on warped outcomes (stop 50)
 """
 
 from __future__ import annotations
@@ -68,10 +69,10 @@ optuna.logging.set_verbosity(optuna.logging.ERROR)
 warnings.filterwarnings("ignore")  # GP jitter, experimental-feature and sparse-tensor notices
 
 METHODS = ("sro", "tpe", "nsga2", "gp", "random")
-EXTRA_METHODS = ("sro_ref",)
-"""Run only when asked (`--methods`), never part of the verdict: SRO told the problem's reference point
+EXTRA_METHODS = ("sro_ref", "sro_warp")
+"""Run only when asked (`--methods`), never part of the verdict: `sro_ref`, SRO told the problem's reference point
 (`BoTorchProposer(ref_point=...)`, the project YAML's `reference_point`), which Optuna's samplers have
-no way to take."""
+no way to take; `sro_warp`, SRO with its GP on warped outcomes (`BoTorchProposer(outcome_warp=True)`, stop 50)."""
 NOISE = 0.02  # std of the recipe problem's observation noise on each score
 RANDOM_SPAN = 3
 """Random search runs RANDOM_SPAN × N evaluations (its table columns use the first N, which are the same
@@ -207,10 +208,10 @@ def run_one(problem_name: str, method: str, seed: int, n_evals: int, pool_size: 
     prob = problems()[problem_name]
     rng = np.random.default_rng(1000 + seed)
     true_rows: list[list[float]] = []
-    if method in ("sro", "sro_ref"):
+    if method in ("sro", "sro_ref", "sro_warp"):
         ref = {k: float(r) * (1.0 if d == "max" else -1.0) for (k, d), r in zip(prob.objectives, prob.ref_point)}
         proposer = BoTorchProposer(prob.space, seed=seed, objectives=prob.objectives, pool_size=pool_size,
-                                   ref_point=ref if method == "sro_ref" else None)
+                                   ref_point=ref if method == "sro_ref" else None, outcome_warp=method == "sro_warp")
         records: list[TrialRecord] = []
         while len(records) < n_evals:
             rec = proposer.propose(records, 1)[0]

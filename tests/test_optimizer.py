@@ -197,7 +197,7 @@ class _RandomPick(BoTorchProposer):
 
     def _select(self, model: object, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
                 cands: list, known: set, n: int, X_run: torch.Tensor | None = None,
-                X_end: torch.Tensor | None = None) -> list[int]:
+                X_end: torch.Tensor | None = None, warp: object = None) -> list[int]:
         return torch.randperm(len(X_pool), generator=torch.Generator().manual_seed(len(X)))[:n].tolist()
 
 
@@ -303,8 +303,8 @@ def test_running_trials_of_other_workers_are_pending_points() -> None:
         p = BoTorchProposer(space, seed=0, objectives=objectives, max_ended=0 if state == "key_only" else 16)
         seen: list = []
         acq = p._acquisition
-        p._acquisition = lambda m, X, Y, pend, max_pending=0, X_ended=None, acq=acq: (
-            seen.append(pend if state == "running" else X_ended), acq(m, X, Y, pend, max_pending, X_ended))[1]
+        p._acquisition = lambda m, X, Y, pend, max_pending=0, X_ended=None, warp=None, acq=acq: (
+            seen.append(pend if state == "running" else X_ended), acq(m, X, Y, pend, max_pending, X_ended, warp))[1]
         nxt = p.propose([*recs, TrialRecord(8, "failed" if state == "key_only" else state, first)], 1)[0]
         dist[state] = math.dist((nxt.values["x"], nxt.values["y"]), (first.values["x"], first.values["y"]))
         if state != "key_only":

@@ -40,10 +40,10 @@ def _spy_acquisition(p: BoTorchProposer) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
     acq = p._acquisition
 
-    def spy(model, X, Y, X_pending, max_pending=0, X_ended=None):
+    def spy(model, X, Y, X_pending, max_pending=0, X_ended=None, warp=None):
         call = {"pending": X_pending, "ended": X_ended, "set": []}
         calls.append(call)
-        acqf = acq(model, X, Y, X_pending, max_pending, X_ended)
+        acqf = acq(model, X, Y, X_pending, max_pending, X_ended, warp)
         orig = acqf.set_X_pending
 
         def set_X_pending(X_pending=None):

@@ -2,7 +2,8 @@
 
 1) Too few finished trials → the next points of the project's scrambled Sobol sequence.
 2) Otherwise fit one GP per objective (a batched `SingleTaskGP`, outcomes standardized, minimized
-   objectives negated so every objective is maximized; a Matérn-5/2 ARD kernel whose Gamma
+   objectives negated so every objective is maximized; with `outcome_warp` and two objectives or
+   more, on the outcomes' monotone warp, `warp.OutcomeWarp`; a Matérn-5/2 ARD kernel whose Gamma
    lengthscale prior grows with the square root of the encoded dimension, see `kernel`) on the
    complete trials,
 3) build a pool of valid candidate recipes — space-filling Sobol points, local moves around
@@ -22,7 +23,8 @@
    workers' on a shared storage, `max_running`) passed as `X_pending`, the reference
    point inferred from the data (`hypervolume.study_reference_point(front=True)`: 10% of the observed
    Pareto front's range below its nadir; for the cost, 10% of its observed range above the dearest
-   trial) unless the project states the worst acceptable values (`ref_point`). With a single
+   trial) unless the project states the worst acceptable values (`ref_point`); inferred or stated
+   in raw units, and mapped through the outcomes' warp if there is one. With a single
    objective the same role is played by qLogNEI.
 
 The acquisition is only evaluated on decoded recipes: the screened pool in chunks without gradients,
@@ -60,6 +62,7 @@ from gpytorch.priors import GammaPrior
 from sro.ledger import TrialRecord
 from sro.optimizer.encoding import RecipeEncoder, sobol_pool
 from sro.optimizer.hypervolume import study_reference_point
+from sro.optimizer.warp import OutcomeWarp
 from sro.proposers import PROPOSERS, sobol_recipes
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
@@ -129,6 +132,10 @@ class BoTorchProposer:
             (pruned, failed, collapsed, stopped; the latest) join the acquisition's baseline. Its own
             cap: until stop 42 `max_running` capped these too, so `max_running=0` (no pending points)
             also dropped every ended trial from the baseline.
+        outcome_warp: with two objectives or more, fit the GP on `warp.OutcomeWarp`'s monotone warp of
+            the outcomes (standardized, then bilog) and map the reference point through it. Off by
+            default: measured at stop 50 (docs/optimizer.md), it helped DTLZ2 and cost BraninCurrin and
+            the recipe problem.
     """
 
     def __init__(self, space: RecipeSpace, seed: int = 0, objectives: list[Objective] | None = None,
@@ -136,7 +143,8 @@ class BoTorchProposer:
                  chunk: int = 256, fit_iters: int = 60, refit_growth: float = 0.1, shortlist: int = 64,
                  refine: int = 4, refine_iters: int = 30, threads: int | None = 1,
                  extra: ExtraSource | None = None, ref_point: Mapping[str, float] | None = None,
-                 max_running: int = 16, screen_mean: float = 0.0, max_ended: int = 16) -> None:
+                 max_running: int = 16, screen_mean: float = 0.0, max_ended: int = 16,
+                 outcome_warp: bool = False) -> None:
         for name, cap in (("max_running", max_running), ("max_ended", max_ended)):
             if cap < 0:
                 raise ValueError(f"BoTorchProposer: {name} must be >= 0 (got {cap}); 0 leaves those trials out")
@@ -168,6 +176,7 @@ class BoTorchProposer:
         self.max_running = max_running
         self.max_ended = max_ended
         self.screen_mean = screen_mean
+        self.outcome_warp = outcome_warp
         self._warm: dict[str, Any] | None = None  # last fit's hyperparameters
         self.encoder = RecipeEncoder(space)
         self._names = {p.name for p in space.params} | {m for s in space.simplexes for m in s.members}
@@ -218,7 +227,8 @@ class BoTorchProposer:
                                       len(history), known)
             if not pool:  # the space is exhausted near everything we know; fall back to fresh points
                 return self._sobol(len(history), n, seen)
-            model = self._fit(X, Y)
+            warp = OutcomeWarp.fit(Y) if self.outcome_warp and Y.shape[1] > 1 else None
+            model = self._fit(X, Y if warp is None else warp(Y))
             X_pool = self.encoder.encode_many(pool)  # (P, D), canonical encodings of decoded recipes
             keep = self._prescreen(model, X_pool, keep_first=len(extra))  # (S,) indices into the pool
             cands = [pool[int(i)] for i in keep]
@@ -231,7 +241,7 @@ class BoTorchProposer:
             modelled = {r.number for r in done}
             X_end = self._encode_latest([r for r in history if r.number not in modelled and r.state != "running"],
                                        self.max_ended)
-            picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run, X_end)
+            picks = self._select(model, X, Y, X_pool[keep], cands, known, min(n, len(keep)), X_run, X_end, warp)
         out = [Recipe(cands[i], dict(self.space.fixed)) for i in picks]
         if len(out) < n:
             out += self._sobol(len(history), n - len(out), seen | {r.key for r in out})
@@ -398,8 +408,10 @@ class BoTorchProposer:
     # --- 5) selection -----------------------------------------------------------------------------
     def _acquisition(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor,
                      X_pending: torch.Tensor | None, max_pending: int = 0,
-                     X_ended: torch.Tensor | None = None) -> torch.nn.Module:
+                     X_ended: torch.Tensor | None = None, warp: OutcomeWarp | None = None) -> torch.nn.Module:
         """qLogNEHVI (m ≥ 2) or qLogNEI (m = 1) with baseline X (N, D) and observed Y (N, m).
+        `warp`: the warp the model's outcomes went through; the reference point, inferred from Y or stated in
+        raw units, is mapped through it.
 
         Up to `max_pending` pending points are appended to each scored candidate (joint posterior)
         rather than merged into the baseline's per-sample box decompositions, which are then computed
@@ -414,13 +426,16 @@ class BoTorchProposer:
             return qLogNoisyExpectedImprovement(model, X_baseline=base, sampler=sampler, X_pending=X_pending,
                                                 prune_baseline=False)
         ref = study_reference_point(Y, self.objectives or [], self.ref_point, front=True)
+        if warp is not None:
+            ref = warp(ref)
         return qLogNoisyExpectedHypervolumeImprovement(model, ref_point=ref, X_baseline=base,
                                                        sampler=sampler, X_pending=X_pending,
                                                        prune_baseline=False, max_iep=max_pending)
 
     def _select(self, model: SingleTaskGP, X: torch.Tensor, Y: torch.Tensor, X_pool: torch.Tensor,
                 cands: list[dict[str, Any]], known: set[str], n: int,
-                X_run: torch.Tensor | None = None, X_end: torch.Tensor | None = None) -> list[int]:
+                X_run: torch.Tensor | None = None, X_end: torch.Tensor | None = None,
+                warp: OutcomeWarp | None = None) -> list[int]:
         """Greedy batch: n indices into `cands` (values dicts; X_pool (P, D) their encodings), each
         maximizing the acquisition given the earlier ones and the running trials `X_run` (R, D). The
         refined recipes (`_refine`) are appended to `cands` first, so an index may point past the
@@ -436,7 +451,8 @@ class BoTorchProposer:
             return torch.cat(parts) if parts else None
 
         with torch.no_grad():
-            acqf = self._acquisition(model, X, Y, X_run, max_pending=min(R + n - 1, MAX_JOINT_PENDING), X_ended=X_end)
+            acqf = self._acquisition(model, X, Y, X_run, max_pending=min(R + n - 1, MAX_JOINT_PENDING), X_ended=X_end,
+                                     warp=warp)
             vals = self._score(acqf, X_pool)  # (P,)
         starts = [X_pool[vals.argsort(descending=True)[: self.refine]]]
         if self.refine:
