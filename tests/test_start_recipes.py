@@ -138,8 +138,16 @@ def test_an_exported_recipe_takes_the_settings_its_space_fixed_where_this_space_
     assert start_recipe({**exported, "fixed": {**exported["fixed"], "lr_ref_batch": None, "stages": [{"a": 1}]}},
                         SPACE, "x", "v1") == r
     # a fixed setting this space's range excludes: refused, naming where it came from
+    # (the file's other fixed settings, which this space does not search, are not named there)
     with pytest.raises(StartRecipeError, match=r"lr=0\.1 is outside .*\(lr: the recipe file's fixed settings"):
-        start_recipe({"values": {k: v for k, v in GOOD.items() if k != "lr"}, "fixed": {"lr": 0.1}}, SPACE, "x", "v1")
+        start_recipe({"values": {k: v for k, v in GOOD.items() if k != "lr"}, "fixed": {"lr": 0.1, "beta": 0.0}},
+                     SPACE, "x", "v1")
+    # either half of the note alone is still said (stop 50's mutation sweep: `differ and unset` survived)
+    for fixed, said in (({"algorithm": "grpo", "max_new_tokens": 16}, "fixed max_new_tokens=16; v1 fixes"),
+                        ({"algorithm": "grpo", "beta": 0.0}, "fixed beta=0.0, which v1 neither fixes nor searches")):
+        notes.clear()
+        start_recipe({**exported, "fixed": fixed}, SPACE, "x", "v1", note=notes.append)
+        assert len(notes) == 1 and said in notes[0] and notes[0].count("the recipe file fixed") == 1, notes
 
 
 def test_a_recipe_file_of_another_space_starts_a_study_in_this_one(micro_project, tmp_path):
