@@ -18,7 +18,7 @@ from evaluators.envs import ENVIRONMENTS, TextEnv, play, resolve_action
 from evaluators.games import GameGenerationError
 from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec, derive_seed, make_task
 from sro.config import ConfigError, load_project
-from sro.plugins import load_plugins
+from sro.plugins import PluginError, load_plugins
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN = ROOT / "search_spaces" / "plugins" / "corridor.py"
@@ -362,6 +362,61 @@ def test_one_file_named_as_a_module_and_as_a_path_is_imported_once(tmp_path, mon
     finally:
         ENVIRONMENTS.remove("twice")
         ENVIRONMENTS.remove("twice_b")
+
+
+def _env_plugin(path: Path, env: str) -> None:
+    path.write_text(f"from evaluators.envs import ENVIRONMENTS\nclass E:\n    pass\nENVIRONMENTS.add({env!r}, E)\n")
+
+
+def test_two_plugin_files_of_one_name_in_two_folders_are_two_plugins(tmp_path):
+    """Two projects' `envs.py` are two files: each is imported and registers (stop 50's mutation sweep of
+    sro/plugins.py: "the module already imported from this file" matched another folder's file of that name)."""
+    for folder, env in (("a", "shop_same_a"), ("b", "shop_same_b")):
+        (tmp_path / folder).mkdir()
+        _env_plugin(tmp_path / folder / "shop_same_envs.py", env)
+    try:
+        load_plugins(["a/shop_same_envs.py", "b/shop_same_envs.py"], tmp_path)
+        assert "shop_same_a" in ENVIRONMENTS and "shop_same_b" in ENVIRONMENTS
+    finally:
+        for env in ("shop_same_a", "shop_same_b"):
+            if env in ENVIRONMENTS:
+                ENVIRONMENTS.remove(env)
+
+
+def test_a_failed_plugin_names_its_own_line_and_undoes_only_its_own_modules(tmp_path, monkeypatch):
+    """Stop 50's mutation sweep of sro/plugins.py: the error names the plugin's line that called the failing
+    helper, not the helper's; a library the plugin imported stays imported; a module entry's package and its
+    modules are undone, so the fixed module registers afresh; a file that is no Python module is refused."""
+    (tmp_path / "shop_boom_helper.py").write_text("def boom():\n    raise ValueError('bad config')\n")
+    (tmp_path / "calls.py").write_text("import shop_boom_helper\nshop_boom_helper.boom()\n")
+    with pytest.raises(PluginError, match=r"calls.py: importing it failed \(calls.py, line 2\): ValueError: bad config"):
+        load_plugins(["calls.py"], tmp_path)
+    sys.modules.pop("colorsys", None)
+    (tmp_path / "lib.py").write_text("import colorsys\nraise RuntimeError('half-way')\n")
+    with pytest.raises(PluginError, match="RuntimeError: half-way"):
+        load_plugins(["lib.py"], tmp_path)
+    assert "colorsys" in sys.modules
+    monkeypatch.syspath_prepend(str(tmp_path / "mods"))
+    pkg = tmp_path / "mods" / "shop_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    _env_plugin(pkg / "helper.py", "shop_pkg_env")
+    (pkg / "envs.py").write_text("from shop_pkg import helper\nraise RuntimeError('half-way')\n")
+    with pytest.raises(PluginError, match=r"shop_pkg.envs: importing it failed \(envs.py, line 2\)"):
+        load_plugins(["shop_pkg.envs"], tmp_path)
+    assert "shop_pkg_env" not in ENVIRONMENTS
+    assert not [m for m in sys.modules if m == "shop_pkg" or m.startswith("shop_pkg.")]
+    (pkg / "envs.py").write_text("from shop_pkg import helper  # fixed\n")
+    try:
+        load_plugins(["shop_pkg.envs"], tmp_path)
+        assert "shop_pkg_env" in ENVIRONMENTS
+    finally:
+        if "shop_pkg_env" in ENVIRONMENTS:
+            ENVIRONMENTS.remove("shop_pkg_env")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "readme.txt").write_text("not code\n")
+    with pytest.raises(PluginError, match=r"plugins\[0\]: notes/readme.txt: not a Python module"):
+        load_plugins(["notes/readme.txt"], tmp_path)
 
 
 def test_a_number_that_is_a_command_is_that_command():

@@ -59,6 +59,28 @@ def test_failure_clock_entropy_collapse_only_while_below_peak():
     assert all(clock.observe(_m(r, entropy=5e-4)) is None for r in rewards)
 
 
+def test_failure_clock_defaults_fire_above_their_limits_not_at_them():
+    """Stop 50's mutation sweep of trainers/clocks.py: the limits and their edges, at the default settings."""
+    for key, limit in (("grad_norm", 1e4), ("stale_kl", 5.0), ("prox_delta_mean", 5.0)):
+        assert FailureClock().observe({"reward": 0.5, key: limit}) is None, key
+        assert FailureClock().observe({"reward": 0.5, key: limit * (1 + 1e-5)}) is not None, key
+    # reward: smoothing 0.5, drop 0.5, patience 3. EMA 0.8, then 0.4 (= half the peak: not below), 0.2, 0.1, 0.05
+    clock = FailureClock()
+    fired = [clock.observe({"reward": r}) for r in (0.8, 0.0, 0.0, 0.0, 0.0)]
+    assert fired[:4] == [None] * 4 and "fell from its peak 0.800 to 0.050" in fired[4]
+    # a peak of exactly min_peak (0.2) counts
+    clock = FailureClock(CollapseSettings(patience=1, smoothing=1.0))
+    assert clock.observe({"reward": 0.2}) is None and clock.observe({"reward": 0.05}) is not None
+    # entropy: below 1e-3 while more than max(0.05, 0.1 · peak) below the peak; 0.9 after a peak of 1 is not
+    s = CollapseSettings(patience=1, smoothing=1.0, reward_drop=0.9)
+    clock = FailureClock(s)
+    assert [clock.observe(_m(r, entropy=5e-4)) for r in (1.0, 0.9)] == [None, None]
+    clock = FailureClock(s)
+    assert clock.observe(_m(1.0, entropy=5e-4)) is None and "entropy collapsed" in clock.observe(_m(0.89, entropy=5e-4))
+    clock = FailureClock(s)
+    assert [clock.observe(_m(r, entropy=0.5)) for r in (1.0, 0.5, 0.5)] == [None] * 3  # uncertain: no collapse
+
+
 def test_batch_schedule_and_lr_scaling():
     sch = BatchSchedule(prompts_per_step=4, group_size=8, steps=10, switch_at=0.5, multiplier=4, lr_alpha=0.5)
     assert [sch.prompts(s) for s in range(1, 11)] == [4] * 5 + [16] * 5
@@ -66,6 +88,7 @@ def test_batch_schedule_and_lr_scaling():
     lin = BatchSchedule(4, 8, 10, 0.5, 4, lr_alpha=1.0, ref_batch=16)
     assert lin.lr(1e-4, 1) == pytest.approx(2e-4) and lin.lr(1e-4, 10) == pytest.approx(8e-4)
     assert BatchSchedule(4, 8, 10).prompts(10) == 4  # no schedule
+    assert BatchSchedule(4, 8, 10, ref_batch=16).lr(1e-4, 1) == 1e-4  # α = 0 by default: N₀ alone scales nothing
     short = BatchSchedule(4, 8, 4, 0.2, 4, lr_alpha=1.0)  # 0.2 · 4 steps < 1: still one step below the switch
     assert [short.prompts(s) for s in range(1, 5)] == [4, 16, 16, 16] and short.lr(1e-4, 1) == pytest.approx(1e-4)
 
