@@ -390,7 +390,7 @@ def main() -> int:
     ap.add_argument("--problems", default=",".join(problems()), help="comma-separated subset of the problems")
     ap.add_argument("--methods", default=",".join(METHODS),
                     help=f"comma-separated methods among {', '.join(METHODS + EXTRA_METHODS)} (the goals need "
-                         f"{', '.join(METHODS)}; {', '.join(EXTRA_METHODS)} is never part of the verdict)")
+                         f"{', '.join(METHODS)}; {', '.join(EXTRA_METHODS)} are never part of the verdict)")
     ap.add_argument("--overhead-only", action="store_true", help="time the proposal overhead alone (no runs, no verdict)")
     ap.add_argument("--jobs", type=int, default=min(4, usable_cores()),
                     help="processes for the runs, one torch thread each (the overhead is timed alone, afterwards)")

@@ -368,9 +368,10 @@ def _env_plugin(path: Path, env: str) -> None:
     path.write_text(f"from evaluators.envs import ENVIRONMENTS\nclass E:\n    pass\nENVIRONMENTS.add({env!r}, E)\n")
 
 
-def test_two_plugin_files_of_one_name_in_two_folders_are_two_plugins(tmp_path):
+def test_two_plugin_files_of_one_name_in_two_folders_are_two_plugins(tmp_path, monkeypatch):
     """Two projects' `envs.py` are two files: each is imported and registers (stop 50's mutation sweep of
     sro/plugins.py: "the module already imported from this file" matched another folder's file of that name)."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # a plugin's folder goes on sys.path: put back after
     for folder, env in (("a", "shop_same_a"), ("b", "shop_same_b")):
         (tmp_path / folder).mkdir()
         _env_plugin(tmp_path / folder / "shop_same_envs.py", env)
@@ -381,17 +382,20 @@ def test_two_plugin_files_of_one_name_in_two_folders_are_two_plugins(tmp_path):
         for env in ("shop_same_a", "shop_same_b"):
             if env in ENVIRONMENTS:
                 ENVIRONMENTS.remove(env)
+        for name in [m for m in sys.modules if m.startswith("sro_plugin_shop_same_envs_")]:
+            del sys.modules[name]
 
 
 def test_a_failed_plugin_names_its_own_line_and_undoes_only_its_own_modules(tmp_path, monkeypatch):
     """Stop 50's mutation sweep of sro/plugins.py: the error names the plugin's line that called the failing
     helper, not the helper's; a library the plugin imported stays imported; a module entry's package and its
     modules are undone, so the fixed module registers afresh; a file that is no Python module is refused."""
+    monkeypatch.setattr(sys, "path", list(sys.path))  # a plugin's folder goes on sys.path: put back after
     (tmp_path / "shop_boom_helper.py").write_text("def boom():\n    raise ValueError('bad config')\n")
     (tmp_path / "calls.py").write_text("import shop_boom_helper\nshop_boom_helper.boom()\n")
     with pytest.raises(PluginError, match=r"calls.py: importing it failed \(calls.py, line 2\): ValueError: bad config"):
         load_plugins(["calls.py"], tmp_path)
-    sys.modules.pop("colorsys", None)
+    monkeypatch.delitem(sys.modules, "colorsys", raising=False)  # put back after the test
     (tmp_path / "lib.py").write_text("import colorsys\nraise RuntimeError('half-way')\n")
     with pytest.raises(PluginError, match="RuntimeError: half-way"):
         load_plugins(["lib.py"], tmp_path)
@@ -413,6 +417,8 @@ def test_a_failed_plugin_names_its_own_line_and_undoes_only_its_own_modules(tmp_
     finally:
         if "shop_pkg_env" in ENVIRONMENTS:
             ENVIRONMENTS.remove("shop_pkg_env")
+        for name in [m for m in sys.modules if m == "shop_pkg" or m.startswith("shop_pkg.")]:
+            del sys.modules[name]
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "readme.txt").write_text("not code\n")
     with pytest.raises(PluginError, match=r"plugins\[0\]: notes/readme.txt: not a Python module"):

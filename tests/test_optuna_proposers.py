@@ -116,6 +116,7 @@ def test_a_simplexs_weights_on_hand_picked_draws() -> None:
 
 
 def test_the_samplers_settings() -> None:
+    # Optuna's private attributes (constraints.txt pins optuna 5; a rename there fails here, not silently)
     tpe = TPEProposer.make_sampler(0)
     assert (tpe._multivariate, tpe._group, tpe._constant_liar) == (True, True, True)  # conditional params, workers
     assert NSGA2Proposer.make_sampler(0)._population_size == 10

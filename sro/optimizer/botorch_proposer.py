@@ -183,10 +183,13 @@ class BoTorchProposer:
 
     # --- the GP's hyperparameters across restarts ---------------------------------------------------
     def _fingerprint(self) -> str:
-        """What the saved hyperparameters belong to: the space's parameters and the objectives."""
+        """What the saved hyperparameters belong to: the space's parameters, the objectives, and the outcomes'
+        warp where there is one (a GP fitted on warped outcomes has their scale; the key is left out without it,
+        so the states saved before it existed still load)."""
         d = self.space.to_dict()
+        warp = {"outcome_warp": True} if self.outcome_warp else {}
         return json.dumps({"params": d.get("params"), "simplexes": d.get("simplexes"),
-                           "objectives": self.objectives}, sort_keys=True, default=str)
+                           "objectives": self.objectives, **warp}, sort_keys=True, default=str)
 
     def warm_state(self) -> dict[str, Any] | None:
         """The last GP fit's hyperparameters as JSON-able data (None before the first fit), for a
@@ -473,7 +476,7 @@ class BoTorchProposer:
                 if Y.shape[1] > 1:  # appended per candidate up to MAX_JOINT_PENDING, the rest re-partitioned
                     acqf.set_X_pending(pending(picks))
                 else:
-                    acqf = self._acquisition(model, X, Y, pending(picks), X_ended=X_end)
+                    acqf = self._acquisition(model, X, Y, pending(picks), X_ended=X_end, warp=warp)
                 sv = self._score(acqf, X_pool[short])
                 sv = torch.where(torch.isfinite(sv), sv, torch.full_like(sv, -1e300))  # NaN ranks last, above a pick
                 sv[torch.isin(short, torch.tensor(picks))] = -float("inf")

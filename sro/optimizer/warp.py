@@ -1,19 +1,20 @@
 """`OutcomeWarp`: the monotone warp of each objective's outcomes that the multi-objective GP is fitted on.
 
 Per objective, the outcomes are standardized (mean 0, population std 1; a constant objective keeps scale 1)
-and passed through bilog, sign(z) · log(1 + |z|) (BoTorch's `Bilog`; HEBO, Cowen-Rivers et al. 2022, warps
-its outcomes for the same reason). A long tail, such as the cube's corners on DTLZ2 or Branin's hundreds, no
+and passed through bilog, sign(z) · log(1 + |z|) (Eriksson & Poloczek 2021, "Scalable Constrained Bayesian
+Optimization", AISTATS; BoTorch's `Bilog`; HEBO, Cowen-Rivers et al. 2022, warps its outcomes with a
+power transform for the same reason). A long tail, such as the cube's corners on DTLZ2 or Branin's hundreds, no
 longer sets the scale that the differences near the Pareto front are measured on, and the warp keeps the order
 and a slope everywhere (stop 49's clipping of the bad tail took away the slope and was rejected). Pareto
 dominance is unchanged, because each objective is warped by an increasing function.
 
 `BoTorchProposer(outcome_warp=True)` fits its GP on the warped outcomes and maps the acquisition's reference
 point through the same warp; the reference point is inferred from (or stated in) the raw outcomes. It is off by
-default: on bench/optimizer.py (stop 50, docs/optimizer.md "Output warps") it brought DTLZ2 closer to the reach goal
-(random search's final after 17.5 evaluations, against 24) but lowered the final hypervolume on BraninCurrin (0.930
-against 0.958, below Optuna's GPSampler) and on the recipe problem (0.301 against 0.390). `--methods sro_warp` runs it.
-Inferring the reference point from the warped outcomes instead lost the end of BraninCurrin's front that is best on
-Branin.
+default. On bench/optimizer.py (stop 50, docs/optimizer.md "Output warps") it reached random search's final
+hypervolume on DTLZ2 after 17.5 evaluations (the default: 24), but lowered the final hypervolume on BraninCurrin
+(0.930 against 0.958, below Optuna's GPSampler) and on the recipe problem (0.301 against 0.390).
+`--methods sro_warp` runs it. A reference point inferred from the warped outcomes instead lost the end of
+BraninCurrin's front that is best on Branin (0.904); the raw one lost less there, but still lost.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # tensor fields: no generated __eq__
 class OutcomeWarp:
     """The warp fitted to outcomes Y (N, m); `mean` and `scale` are (m,)."""
 
@@ -32,6 +33,7 @@ class OutcomeWarp:
 
     @classmethod
     def fit(cls, Y: torch.Tensor) -> OutcomeWarp:
+        """The warp of outcomes Y (N, m), N >= 1: their per-objective mean and population std (1 where constant)."""
         if Y.ndim != 2 or len(Y) == 0:
             raise ValueError(f"OutcomeWarp.fit: outcomes must be (N, m) with N >= 1, got shape {tuple(Y.shape)}")
         scale = Y.std(dim=0, correction=0)
