@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from evaluators.envs import ENVIRONMENTS, TextEnv, play, resolve_action
+from evaluators.envs import ENVIRONMENTS, EnvSettings, EpisodeResult, StepInfo, TextEnv, play, resolve_action
 from evaluators.games import GameGenerationError
 from evaluators.sources import SourceSpec, SourceSpecError, check_source_spec, derive_seed, make_task
 from sro.config import ConfigError, load_project
@@ -429,6 +429,56 @@ def test_a_number_that_is_a_command_is_that_command():
     assert resolve_action("7", [str(i) for i in range(3, 12)]) == "7"  # not the 7th choice, "9"
     assert resolve_action("2", ["go east", "look"]) == "look"  # a number that is no command: a choice
     assert resolve_action("9", ["go east", "look"]) == "9"  # out of range: the text itself
+    assert resolve_action("1", ["go east", "look"]) == "go east"  # the first choice is 1
+    assert resolve_action("0", ["go east", "look"]) == "0"
+
+
+class _Scored(TextEnv):
+    """Two steps to the step limit: half the max score after the first, three quarters after the second; `crash`
+    raises instead, at reset or at that step."""
+
+    def __init__(self, crash: str | int | None = None, max_score: float = 4.0) -> None:
+        super().__init__(EnvSettings(max_steps=2))
+        self.crash, self.max_score = crash, max_score
+
+    def reset(self, *, seed=None, options=None):
+        if self.crash == "reset":
+            raise RuntimeError("no game file")
+        self.steps = 0
+        return "start", {"step": StepInfo(["go"], "s0", max_score=self.max_score)}
+
+    def step(self, action):
+        self.steps += 1
+        if self.crash == self.steps:
+            raise RuntimeError("engine died")
+        st = StepInfo(["go"], f"s{self.steps}", valid=action == "go", score=(1.0 + self.steps) * self.max_score / 4,
+                      max_score=self.max_score)
+        return "room", 1.0, False, self.steps >= self.settings.max_steps, {"step": st}
+
+
+def test_play_scores_against_the_games_max_score_also_when_the_engine_crashes():
+    """Stop 50's mutation sweep of evaluators/envs.py: an episode's score is the game's score over its max score,
+    at the end or at the last step before a crash; a crash at reset is no step and no score."""
+    assert play(_Scored(), lambda obs, st: "go") == EpisodeResult(False, 0.75, 2, 0, "step limit")
+    assert play(_Scored(), lambda obs, st: "jump") == EpisodeResult(False, 0.75, 2, 2, "step limit")
+    assert play(_Scored(crash=2), lambda obs, st: "go") == EpisodeResult(
+        False, 0.5, 2, 0, "env error: RuntimeError: engine died")
+    for max_score in (0.5, 1e-3):  # a max score under 1 is no floor
+        assert play(_Scored(max_score=max_score), lambda obs, st: "go").score == pytest.approx(0.75)
+        assert play(_Scored(crash=2, max_score=max_score), lambda obs, st: "go").score == pytest.approx(0.5)
+    assert play(_Scored(crash="reset"), lambda obs, st: "go") == EpisodeResult(
+        False, 0.0, 0, 0, "env error at reset: RuntimeError: no game file")
+
+
+def test_env_settings_and_step_info_defaults():
+    """What an adapter gets when it sets nothing: a step is valid, neither won nor lost, scored out of 1; one step is
+    the shortest limit, 12 the default."""
+    st = StepInfo(["look"], "k")
+    assert (st.valid, st.won, st.lost, st.score, st.max_score, st.walkthrough) == (True, False, False, 0.0, 1.0, [])
+    assert EnvSettings().max_steps == 12 and EnvSettings(max_steps=1).max_steps == 1
+    with pytest.raises(ValueError, match=r"max_steps must be >= 1 \(got 0\)"):
+        EnvSettings(max_steps=0)
+    assert _Scored().steps == 0
 
 
 def test_an_adapter_without_choices_still_gives_items_and_a_bad_list_is_named(register):
