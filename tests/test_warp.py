@@ -50,6 +50,9 @@ def test_warp_rejects_empty_outcomes() -> None:
         OutcomeWarp.fit(torch.zeros(0, 2, dtype=torch.float64))
 
 
+FAST: dict[str, Any] = {"pool_size": 200, "screen": 32, "refine": 0, "fit_iters": 15}  # a small proposal
+
+
 def _study() -> tuple[RecipeSpace, list[TrialRecord]]:
     space = RecipeSpace([Param("x", "float", 0.0, 1.0), Param("y", "float", 0.0, 1.0)])
     # f has a long bad tail (y near 1), as DTLZ2's corners do
@@ -90,8 +93,7 @@ def test_proposer_fits_warped_outcomes_and_warps_the_raw_reference_point(stated:
     one inferred from (or stated in) the raw outcomes, not one inferred from the warped outcomes."""
     objectives = [("f", "max"), ("g", "min")]
     space, recs = _study()
-    p = BoTorchProposer(space, seed=0, objectives=objectives, pool_size=200, screen=32, refine=0, fit_iters=15,
-                        ref_point=stated, outcome_warp=True)
+    p = BoTorchProposer(space, seed=0, objectives=objectives, ref_point=stated, outcome_warp=True, **FAST)
     fits, refs = _spy_fit(p), _spy_ref_points(p)
     assert len(p.propose(recs, 1)) == 1
     raw = torch.tensor([[r.scores["f"], -r.scores["g"]] for r in recs], dtype=torch.float64)
@@ -107,8 +109,7 @@ def test_proposer_fits_warped_outcomes_and_warps_the_raw_reference_point(stated:
 
 def test_hyperparameters_fitted_on_warped_outcomes_do_not_warm_start_a_proposer_without_the_warp() -> None:
     space, recs = _study()
-    kw: dict[str, Any] = {"objectives": [("f", "max"), ("g", "min")], "pool_size": 200, "screen": 32, "refine": 0,
-                          "fit_iters": 15}
+    kw: dict[str, Any] = {"objectives": [("f", "max"), ("g", "min")], **FAST}
     warped = BoTorchProposer(space, seed=0, outcome_warp=True, **kw)
     plain = BoTorchProposer(space, seed=0, **kw)
     warped.propose(recs, 1)
@@ -122,7 +123,7 @@ def test_hyperparameters_fitted_on_warped_outcomes_do_not_warm_start_a_proposer_
 @pytest.mark.parametrize("objectives, warp", [([("f", "max")], True), ([("f", "max"), ("g", "min")], False)])
 def test_no_warp_with_one_objective_or_by_default(objectives: list[tuple[str, str]], warp: bool) -> None:
     space, recs = _study()
-    p = BoTorchProposer(space, seed=0, objectives=objectives, pool_size=200, screen=32, refine=0, fit_iters=15,
+    p = BoTorchProposer(space, seed=0, objectives=objectives, **FAST,
                         **({"outcome_warp": True} if warp else {}))  # two objectives: the default, no warp
     fits, refs = _spy_fit(p), _spy_ref_points(p) if len(objectives) > 1 else []
     assert len(p.propose(recs, 1)) == 1
