@@ -505,6 +505,39 @@ def test_a_policy_trained_with_the_readout_reloads_with_its_scale_tokens(policy,
     assert expected_confidence(confidence_logits(again, tok2, CONF_PROMPTS)).tolist() == pytest.approx(c.tolist(), abs=1e-5)
 
 
+def test_readout_with_no_steps_remembers_but_leaves_the_rows(policy):
+    model, tok = load_policy(policy, "cpu")
+    ro = ConfidenceReadout(model, tok, steps=0)
+    rows = model.get_output_embeddings().weight[ro.ids].detach().clone()
+    assert math.isnan(ro.fit(CONF_PROMPTS, [1.0, 1.0, 0.0, 0.0], POLICY_PROMPTS)) and len(ro.memory) == 1
+    assert torch.equal(model.get_output_embeddings().weight[ro.ids], rows)
+    one = ConfidenceReadout(model, tok, steps=1, guard=0.0)  # a single step fits already
+    assert math.isfinite(one.fit(CONF_PROMPTS, [1.0, 1.0, 0.0, 0.0], []))
+    assert not torch.equal(model.get_output_embeddings().weight[ro.ids], rows)
+
+
+def test_readout_l2_pull_keeps_the_rows_near_their_start(policy):
+    """The same fit with l2 = 0 and with a strong pull: the pull keeps the rows closer to where they started."""
+    dist = {}
+    for l2 in (0.0, 5.0):
+        model, tok = load_policy(policy, "cpu")
+        ro = ConfidenceReadout(model, tok, steps=100, guard=0.0, l2=l2)
+        ro.fit(CONF_PROMPTS, [1.0, 1.0, 0.0, 0.0], [])
+        dist[l2] = float((model.get_output_embeddings().weight[ro.ids].detach() - ro.anchor).norm())
+    assert 0 < dist[5.0] < 0.5 * dist[0.0], dist
+
+
+def test_scale_tokens_fit_a_model_with_one_spare_row_too_few(policy):
+    """A hub model may have spare embedding rows past its tokenizer's last id: with room for 9 of the 10 scale
+    tokens the last one's id equals the row count, and the embeddings grow by one row for it."""
+    model, tok = load_policy(policy, "cpu")
+    model.resize_token_embeddings(len(tok) + 9, mean_resizing=False)
+    ids = add_scale_tokens(model, tok)
+    assert max(ids) == len(tok) - 1 and model.get_input_embeddings().weight.shape[0] == len(tok)
+    digits = digit_token_ids(tok)
+    assert torch.equal(model.get_output_embeddings().weight[ids], model.get_output_embeddings().weight[digits])
+
+
 def test_trainer_with_the_readout_states_scale_tokens(policy):
     model, tok = load_policy(policy, "cpu")
     tr = MultiTurnTrainer(model, tok, _cfg(confidence=True), [CorridorTask()])

@@ -11,7 +11,7 @@ import torch
 from evaluators.sources import Item, SourceSpec
 from trainers.algorithms import config_for
 from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock
-from trainers.distill import CONTEXTS, DIVERGENCES, grad_cosine, teacher_log_dist
+from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine, teacher_log_dist
 from trainers.grpo import GRPOTrainer
 from trainers.prompts import format_prompt
 from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs, generate
@@ -118,6 +118,57 @@ def test_topk_rkl_by_hand_and_zero_when_teacher_agrees():
     assert DIVERGENCES.get("topk_rkl")(s, s, tok, top_k=3).abs().item() < 1e-7
 
 
+def test_the_divergences_are_per_position_on_batches_of_several_sequences():
+    """(N, C, V) = (2, 3, 4): each position's value is that position's divergence alone, read on its own sampled
+    token (sampled_rkl: (s_y − t_y)·s_y; topk_rkl: the top-2 reverse KL), shape (N, C)."""
+    g = torch.Generator().manual_seed(0)
+    s = torch.log_softmax(torch.randn(2, 3, 4, generator=g), -1)
+    t = torch.log_softmax(torch.randn(2, 3, 4, generator=g), -1)
+    tok = torch.tensor([[0, 3, 1], [2, 2, 0]])
+    got = DIVERGENCES.get("sampled_rkl")(s, t, tok)
+    assert got.shape == (2, 3)
+    for n in range(2):
+        for c in range(3):
+            y = int(tok[n, c])
+            assert float(got[n, c]) == pytest.approx(float((s[n, c, y] - t[n, c, y]) * s[n, c, y]), abs=1e-6)
+    got = DIVERGENCES.get("topk_rkl")(s, t, tok, top_k=2)
+    assert got.shape == (2, 3)
+    for n in range(2):
+        for c in range(3):
+            top = s[n, c].topk(2).indices
+            ps, pt = torch.softmax(s[n, c, top], -1), torch.softmax(t[n, c, top], -1)
+            assert float(got[n, c]) == pytest.approx(float((ps * (ps / pt).log()).sum()), abs=1e-6)
+
+
+def test_distill_settings_refuse_values_outside_their_ranges_and_accept_their_ends():
+    for ok in (dict(weight=0.0), dict(weight=1.0), dict(top_k=1), dict(ema_decay=0.0), dict(ema_decay=0.99)):
+        DistillSettings(**ok)
+    bad = {"weight": dict(weight=1.01), "top_k": dict(top_k=0), "ema_decay": dict(ema_decay=1.0)}
+    for name, kw in {**bad, "ema_decay ": dict(ema_decay=-0.1)}.items():
+        with pytest.raises(ValueError, match=rf"^DistillSettings: .*{name.strip()}"):
+            DistillSettings(**kw)
+    with pytest.raises(ValueError, match="weight must be in .*; context must be one of"):
+        DistillSettings(weight=-1.0, context="nope")  # every problem named at once
+
+
+def test_the_teacher_reads_each_row_as_if_alone_when_prefixes_differ_in_length(tiny_add):
+    """Prefixes of different lengths (a sibling context shows a demo to some rows, "" to others) are padded
+    on the left: each row's teacher log-probs equal those of the row run by itself, unpadded."""
+    _, tok = tiny_add
+    model = _model(tiny_add, seed=1)
+    prompts = [format_prompt("add 1 2", tok), format_prompt("add 3 4", tok)]
+    ro = generate(model, tok, prompts, 1, max_new_tokens=3)
+    prefixes = [format_prompt("add 0 0", tok) + "0\n" + format_prompt("add 1 1", tok) + "2\n", ""]
+    got = teacher_log_dist(model, tok, ro, prefixes, prompts, temperature=0.7)
+    for i in range(2):
+        head = tok(prefixes[i] + prompts[i], add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([head + ro.completion_ids[i].tolist()])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0, len(head) - 1:-1] / 0.7
+        keep = ro.completion_mask[i].bool()
+        assert torch.allclose(got[i][keep], torch.log_softmax(logits.float(), -1)[keep], atol=1e-5)
+
+
 def test_sibling_context_uses_a_successful_sibling_only():
     texts = ["7", "8", "1", "2"]
     rewards = torch.tensor([1.0, 0.0, 0.0, 0.0])
@@ -132,6 +183,10 @@ def test_sibling_context_uses_a_successful_sibling_only():
 def test_grad_cosine_and_ema_update():
     assert grad_cosine([torch.tensor([1.0, 0.0]), None], [torch.tensor([1.0, 1.0]), None]) == pytest.approx(
         1 / math.sqrt(2))
+    # a parameter on one side only counts in that side's norm: dot 3·1 + 1·2 = 5, norms² 9 + 1 + 4 and 1 + 4 + 1
+    a = [torch.tensor([3.0, 1.0]), torch.tensor([2.0]), None]
+    b = [torch.tensor([1.0, 2.0]), None, torch.tensor([1.0])]
+    assert grad_cosine(a, b) == pytest.approx(5 / math.sqrt(14 * 6))
     a, b = torch.nn.Linear(2, 1), torch.nn.Linear(2, 1)
     want = 0.25 * a.weight.detach() + 0.75 * b.weight.detach()
     ema_update(a, b, decay=0.25)
