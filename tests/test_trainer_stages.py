@@ -143,10 +143,9 @@ def test_the_divergences_are_per_position_on_batches_of_several_sequences():
 def test_distill_settings_refuse_values_outside_their_ranges_and_accept_their_ends():
     for ok in (dict(weight=0.0), dict(weight=1.0), dict(top_k=1), dict(ema_decay=0.0), dict(ema_decay=0.99)):
         DistillSettings(**ok)
-    bad = {"weight": dict(weight=1.01), "top_k": dict(top_k=0), "ema_decay": dict(ema_decay=1.0)}
-    for name, kw in {**bad, "ema_decay ": dict(ema_decay=-0.1)}.items():
-        with pytest.raises(ValueError, match=rf"^DistillSettings: .*{name.strip()}"):
-            DistillSettings(**kw)
+    for name, value in (("weight", 1.01), ("top_k", 0), ("ema_decay", 1.0), ("ema_decay", -0.1)):
+        with pytest.raises(ValueError, match=rf"^DistillSettings: .*{name}"):
+            DistillSettings(**{name: value})
     with pytest.raises(ValueError, match="weight must be in .*; context must be one of"):
         DistillSettings(weight=-1.0, context="nope")  # every problem named at once
 
