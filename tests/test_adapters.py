@@ -324,10 +324,14 @@ def test_a_plugin_that_cannot_be_imported_is_a_config_error(tmp_path, monkeypatc
     assert str(e.value).startswith(str(path)) and needle in str(e.value)
 
 
+def _env_plugin(path: Path, env: str) -> None:
+    """A plugin file at `path` that registers environment `env` (its class: `E`)."""
+    path.write_text(f"from evaluators.envs import ENVIRONMENTS\nclass E:\n    pass\nENVIRONMENTS.add({env!r}, E)\n")
+
+
 def test_a_plugin_imports_its_helpers_and_a_fixed_plugin_registers_afresh(tmp_path):
     # the helper registers the environment; the plugin then fails: both are undone, and the fixed plugin works
-    (tmp_path / "shop_helper_env.py").write_text(
-        "from evaluators.envs import ENVIRONMENTS\nclass Half:\n    pass\nENVIRONMENTS.add('half', Half)\n")
+    _env_plugin(tmp_path / "shop_helper_env.py", "half")
     half = tmp_path / "half.py"
     half.write_text("import shop_helper_env\nimport evaluators.textworld_env\nraise RuntimeError('config file missing')\n")
     with pytest.raises(Exception, match=r"half.py: importing it failed \(half.py, line 3\): RuntimeError"):
@@ -348,24 +352,18 @@ def test_one_file_named_as_a_module_and_as_a_path_is_imported_once(tmp_path, mon
     # one project lists the file, another the module it is on the Python path: one import, one registration
     monkeypatch.syspath_prepend(str(tmp_path / "mods"))
     (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "shop_twice_env.py").write_text(
-        "from evaluators.envs import ENVIRONMENTS\nclass Twice:\n    pass\nENVIRONMENTS.add('twice', Twice)\n")
-    (tmp_path / "mods" / "shop_twice_b.py").write_text(
-        "from evaluators.envs import ENVIRONMENTS\nclass TwiceB:\n    pass\nENVIRONMENTS.add('twice_b', TwiceB)\n")
+    _env_plugin(tmp_path / "mods" / "shop_twice_env.py", "twice")
+    _env_plugin(tmp_path / "mods" / "shop_twice_b.py", "twice_b")
     try:
         load_plugins(["mods/shop_twice_env.py"], tmp_path)
         load_plugins(["shop_twice_env"], tmp_path)
-        assert sys.modules["shop_twice_env"].Twice is ENVIRONMENTS.get("twice")
+        assert sys.modules["shop_twice_env"].E is ENVIRONMENTS.get("twice")
         load_plugins(["shop_twice_b"], tmp_path)  # the other order
         load_plugins(["mods/shop_twice_b.py"], tmp_path)
         assert ENVIRONMENTS.get("twice_b").__module__ == "shop_twice_b"
     finally:
         ENVIRONMENTS.remove("twice")
         ENVIRONMENTS.remove("twice_b")
-
-
-def _env_plugin(path: Path, env: str) -> None:
-    path.write_text(f"from evaluators.envs import ENVIRONMENTS\nclass E:\n    pass\nENVIRONMENTS.add({env!r}, E)\n")
 
 
 def test_two_plugin_files_of_one_name_in_two_folders_are_two_plugins(tmp_path, monkeypatch):
