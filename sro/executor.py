@@ -306,7 +306,14 @@ def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: 
     if calibration is not None and b.metric in CONFIDENCE_METRICS:
         calibration.update({k: v for k, v in res.items() if k.startswith(("calib_", "selective_"))})
     v = res[key]
-    return 0.5 if b.metric.endswith("auroc") and math.isnan(v) else v
+    return NO_CONFIDENCE[b.metric] if b.metric in NO_CONFIDENCE and math.isnan(v) else v
+
+
+NO_CONFIDENCE = {"auroc": 0.5, "first_auroc": 0.5, "ece": 0.5, "first_ece": 0.5, "brier": 0.25, "first_brier": 0.25}
+"""A confidence metric's score where it is undefined (nan), that of a constant stated confidence of 0.5: AUROC 0.5
+where the episodes have one outcome only; where no step stated a confidence at all (every held-out episode crashed at
+reset, so every one failed), ECE 0.5 and Brier 0.25. Until stop 52 only AUROC had one, and an ECE or Brier benchmark
+gave such a trial a nan score (a review)."""
 
 
 def training_limit(cfg: GRPOConfig, t0: float, scoring_s: float) -> GRPOConfig:

@@ -21,6 +21,7 @@ from trainers.models import load_policy
 from trainers.multiturn import (Episode, MultiTurnConfig, MultiTurnTrainer, Step, calibration_loss, confidence_logits,
                                 confidence_records, credit, evaluate_episodes, expected_confidence, multi_turn_config,
                                 pack, play_episodes)
+from trainers.prompts import format_prompt
 from trainers.proas import ProASConfig, ReferenceGraph, deviations
 from trainers.readout import (SCALE_TOKENS, ConfidenceReadout, add_scale_tokens, confidence_token_ids, digit_token_ids,
                               final_states)
@@ -169,6 +170,87 @@ def test_an_episode_the_env_crashed_is_left_out_of_its_groups_baseline():
         [pair[0]], [pair[1]], [0.0], [0.0], [0.0], [0.0]]
 
 
+def test_a_crash_under_batch_scaling_leaves_the_batchs_spread_to_the_episodes_kept():
+    """`scale_rewards: batch` divides by the spread of the whole batch; with a crash the groups were scaled one by
+    one, so one crash in the second group rescaled the first (a review, stop 52)."""
+    crash = _episode([("s0", "go east")], False)
+    crash.result = replace(crash.result, reason="env error: BrokenPipeError: engine process exited")
+    cfg = MultiTurnConfig(GRPOConfig(group_size=4, scale_rewards="batch"))
+    eps = [_episode([("s0", "go east")], r == 1.0) for r in (1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0)] + [crash]
+    got = credit(eps, torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]), cfg, None)
+    spread = torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0]).std().item() + 1e-4  # the 7 kept, crash left out
+    assert [a for (a,) in got[:4]] == pytest.approx([0.75 / spread, -0.25 / spread, -0.25 / spread, -0.25 / spread])
+    assert [a for (a,) in got[4:]] == [0.0, 0.0, 0.0, 0.0]  # three equal wins, and the crash
+
+
+def test_a_crash_teaches_the_graph_nothing_and_is_no_failed_episode_of_the_credit(policy):
+    """A crashed episode is not a play of the policy: its steps were counted as a failed episode's in the distilled
+    graph (a flaky engine pushed good edges below θ_v) and its deviations in `deviations_per_failed`, though its
+    credit is 0 (a review, stop 52)."""
+    model, tok = load_policy(policy, "cpu")
+
+    class OneGame:
+        n_games = 1
+
+    def crashed(action):
+        e = _episode([("hall", action)], False)
+        e.result = replace(e.result, reason="env error: BrokenPipeError: engine process exited")
+        return e
+
+    for source in ("distilled", "rules"):
+        cfg = MultiTurnConfig(GRPOConfig(group_size=4, prompts_per_step=1, steps=1, beta=0.0), credit="proas",
+                              proas=ProASConfig(graph_source=source, n_min=4))
+        tr = MultiTurnTrainer(model, tok, cfg, [OneGame()])
+        tr.rollout = lambda: [crashed("go east"), crashed("dance"), crashed("go east"),
+                              _episode([("hall", "go east"), ("hall", "look")], False)]
+        m = tr.step()
+        assert m["env_errors"] == 3.0
+        if source == "distilled":
+            assert tr.graph.counts(("hall", "go east")) == (0, 1)  # the played failure only
+            assert tr.graph.counts(("hall", "dance")) == (0, 0)
+        else:  # the rules read the env's verdicts: the crash's "dance" is a deviation, the played failure has none
+            assert m["deviations_per_failed"] == 0.0
+
+
+class _FreeTextCrash(TextEnv):
+    """A free-text adapter: it lists no commands and accepts any; with `crash_at`, it raises at that step."""
+
+    def __init__(self, crash_at: int | None = None) -> None:
+        super().__init__(EnvSettings(max_steps=3))
+        self.crash_at = crash_at
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return "type anything", {"step": StepInfo([], "s0", True)}
+
+    def step(self, action: str):
+        self.t += 1
+        if self.t == self.crash_at:
+            raise RuntimeError("engine fell over")
+        return "ok", 0.0, False, self.t >= self.settings.max_steps, {"step": StepInfo([], f"s{self.t}", True)}
+
+
+def test_on_a_free_text_env_unlisted_is_not_invalid(policy, monkeypatch):
+    """On an adapter that lists no commands, every command is unlisted and yet accepted. The step a crash
+    interrupted was counted invalid by its listing, where `play` does not count it, and the confidence question's
+    "N earlier not listed" counted the env's rejections instead of unlisted commands (a review, stop 52)."""
+    from types import SimpleNamespace
+
+    import trainers.multiturn as mt
+
+    model, tok = load_policy(policy, "cpu")
+    monkeypatch.setattr(mt, "generate", lambda model, tok, prompts, *a, **k: SimpleNamespace(
+        texts=["hello"] * len(prompts), completion_ids=torch.ones(len(prompts), 2, dtype=torch.long),
+        completion_mask=torch.ones(len(prompts), 2, dtype=torch.long)))
+    (e,) = play_episodes(model, tok, [_FreeTextCrash(crash_at=2)], ["g"], greedy=True)
+    assert e.result.crashed and (e.result.steps, e.result.invalid) == (2, 0)
+    assert play(_FreeTextCrash(crash_at=2), lambda obs, st: "hello").invalid == 0
+    (e,) = play_episodes(model, tok, [_FreeTextCrash()], ["g"], greedy=True, confidence=True)
+    assert [s.valid for s in e.steps] == [True] * 3 and [s.listed for s in e.steps] == [False] * 3
+    assert [s.conf_prompt for s in e.steps] == [format_prompt(confidence_question(
+        obs, "hello", t + 1, 3, listed=False, earlier_unlisted=t), tok) for t, obs in enumerate(["type anything", "ok", "ok"])]
+
+
 def test_a_step_without_a_stated_confidence_reads_one_half():
     """Calibration records take a step's stated confidence, and 0.5 where it stated none (stop 48's sweep: `is`
     for `is not` swapped them)."""
@@ -303,6 +385,16 @@ def test_a_held_out_episode_the_env_crashes_is_a_counted_and_named_failure(polic
     bench = SimpleNamespace(task=CorridorTask(crash_at=1), items=[0] * 4, metric="success", name="coin")
     assert episode_score(model, tok, bench, 5, failures=crashed, name="agent/coin") == 0.0
     assert crashed == ["agent/coin game 0: env error: RuntimeError: engine fell over"]
+    # every episode crashed at reset: no step stated a confidence, and each confidence metric scores as a constant
+    # 0.5 would against failures (an ECE or a Brier benchmark gave nan until stop 52)
+    class AtReset(CorridorTask):
+        def make_env(self, g):
+            return _BrokenEngine("reset")
+
+    assert math.isnan(evaluate_episodes(model, tok, AtReset(), 1, 5, confidence=True)["calib_ece"])
+    for metric, want in (("ece", 0.5), ("first_ece", 0.5), ("brier", 0.25), ("first_brier", 0.25), ("auroc", 0.5)):
+        bench = SimpleNamespace(task=AtReset(), items=[0] * 4, metric=metric, name="coin")
+        assert episode_score(model, tok, bench, 5) == want, metric
 
 
 def test_expected_confidence_reads_the_digit_distribution():
@@ -463,9 +555,10 @@ def test_readout_fit_learns_the_outcome_and_moves_only_its_rows(policy):
     y = torch.tensor([1.0, 1.0, 0.0, 0.0])
     c0 = expected_confidence(confidence_logits(model, tok, CONF_PROMPTS))
     params = {n: p.detach().clone() for n, p in model.named_parameters()}
-    ro.fit(CONF_PROMPTS, y.tolist(), POLICY_PROMPTS)
+    brier = ro.fit(CONF_PROMPTS, y.tolist(), POLICY_PROMPTS)
     c1 = expected_confidence(confidence_logits(model, tok, CONF_PROMPTS))
     assert c1[:2].min() > c1[2:].max() + 0.3, c1  # the won steps now state a far higher chance
+    assert brier == pytest.approx(((c1 - y) ** 2).mean().item(), abs=1e-6)  # the Brier of the rows it left
     assert ((c1 - y) ** 2).mean() < ((c0 - y) ** 2).mean() / 2
     for n, p in model.named_parameters():
         moved = (p.detach() - params[n]).abs().reshape(p.shape[0], -1).sum(-1) > 0 if p.dim() > 1 else p != params[n]

@@ -22,7 +22,7 @@ from evaluators.calibration import ConfidenceRecord, calibration_report, confide
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, end_reason, episode_metrics, resolve_action
 from trainers.algorithms import ALGORITHMS, RecipeValueError, recipe_settings
 from trainers.clocks import BatchSchedule
-from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl, on_mask
+from trainers.core import ADVANTAGES, AGGREGATIONS, EPS_STD, k3_kl, on_mask
 from trainers.grpo import OPTIMIZERS, GRPOConfig
 from trainers.losses import POLICY_LOSSES, LossInputs
 from trainers.proas import ProASConfig, ReferenceGraph, deviations, step_advantages
@@ -112,9 +112,12 @@ class Step:
     """The normalized command sent to the game."""
     state_key: str
     valid: bool
+    """The environment's verdict on the command (until it answers: whether the command was listed)."""
     conf_prompt: str | None = None
     confidence: float | None = None
     """c_t: the expected stated probability of success (see `expected_confidence`)."""
+    listed: bool = True
+    """Whether the command was among the listed (admissible) ones; `valid` may differ, on a free-text adapter."""
 
 
 @dataclass
@@ -164,7 +167,7 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
                 eps[i].obs, cmds[j], len(eps[i].steps) + 1,
                 getattr(getattr(envs[i], "settings", None), "max_steps", None),
                 listed=cmds[j] in eps[i].info.admissible,
-                earlier_unlisted=sum(not s.valid for s in eps[i].steps)), tok)
+                earlier_unlisted=sum(not s.listed for s in eps[i].steps)), tok)
                 for j, i in enumerate(active)]
             conf = expected_confidence(confidence_logits(model, tok, cq)).tolist()
         still = []
@@ -172,15 +175,17 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
             ep, env = eps[i], envs[i]
             st = ep.info
             cmd = cmds[j]
-            step = Step(prompts[j], _ids(ro, j), cmd, st.state_key, cmd in st.admissible)
+            listed = cmd in st.admissible
+            step = Step(prompts[j], _ids(ro, j), cmd, st.state_key, listed, listed=listed)
             if conf is not None:
                 step.conf_prompt, step.confidence = cq[j], conf[j]
             ep.steps.append(step)
             try:
                 obs, _, term, trunc, info = env.step(ro.texts[j])
             except Exception as e:
+                # the step the env crashed on got no verdict: not counted invalid, as `evaluators.envs.play` counts
                 ep.result = EpisodeResult(False, st.score / max(st.max_score, 1e-9), len(ep.steps),
-                                          sum(not s.valid for s in ep.steps), f"env error: {type(e).__name__}: {e}")
+                                          sum(not s.valid for s in ep.steps[:-1]), f"env error: {type(e).__name__}: {e}")
                 close_quietly(env)
                 continue
             ep.turns += [ep.obs, f"> {cmd}"]
@@ -260,11 +265,18 @@ def group_advantages(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTu
     if not any(crashed(e) for e in eps):
         return estimator(rewards, G).tolist()
     out = [0.0] * len(eps)
-    for start in range(0, len(eps), G):
-        kept = [i for i in range(start, min(start + G, len(eps))) if not crashed(eps[i])]
-        if len(kept) >= 2:
-            for i, a in zip(kept, estimator(rewards[kept], len(kept)).tolist()):
-                out[i] = a
+    groups = [kept for start in range(0, len(eps), G)
+              if len(kept := [i for i in range(start, min(start + G, len(eps))) if not crashed(eps[i])]) >= 2]
+    # `batch` scales by the spread of the whole batch: of every episode kept, not of each group alone (a review,
+    # stop 52: one crash rescaled the groups without one)
+    spread = rewards[[i for g in groups for i in g]].std() + EPS_STD if len(groups) > 0 else None
+    for kept in groups:
+        if cfg.base.scale_rewards == "batch":
+            adv = (ADVANTAGES.get("none")(rewards[kept], len(kept)) / spread).tolist()
+        else:
+            adv = estimator(rewards[kept], len(kept)).tolist()
+        for i, a in zip(kept, adv):
+            out[i] = a
     return out
 
 
@@ -391,8 +403,9 @@ class MultiTurnTrainer:
         validity = step_validities(eps, self.graph) if self.graph is not None else None
         step_adv = credit(eps, rewards, cfg, self.graph, validity)
         if self.graph is not None:
+            # a crash is not a play of the policy: it would count as a failure of its steps (a review, stop 52)
             self.graph.add_iteration([([(s.state_key, s.action) for s in e.steps], bool(e.result.success))
-                                      for e in eps])
+                                      for e in eps if not crashed(e)])
         prompts, comps, advs = [], [], []
         for e, a in zip(eps, step_adv):
             if crashed(e):  # its steps are not trained on: the environment, not the policy, ended it
@@ -423,7 +436,7 @@ class MultiTurnTrainer:
             m["kl"] = kl
         if self.graph is not None:
             m.update(self.graph.stats())
-            failed = [v for e, v in zip(eps, validity or []) if not e.result.success]
+            failed = [v for e, v in zip(eps, validity or []) if not e.result.success and not crashed(e)]
             m["deviations_per_failed"] = sum(deviations(v, cfg.proas.theta_v) for v in failed) / max(1, len(failed))
         if cfg.confidence:
             m.update(flat_calibration(eps))

@@ -121,7 +121,7 @@ class ConfidenceReadout:
 
     def fit(self, conf_prompts: Sequence[str], outcomes: Sequence[float], policy_prompts: Sequence[str]) -> float:
         """Remember this iteration's confidence prompts and outcomes, then fit the rows on the memory;
-        returns the final Brier score on it."""
+        returns the Brier score of the fitted rows on it."""
         self.memory.append((list(conf_prompts), torch.as_tensor(outcomes, dtype=torch.float32)))
         if self.steps <= 0:
             return float("nan")
@@ -146,4 +146,6 @@ class ConfidenceReadout:
             self.opt.step()
         with torch.no_grad():
             w[self.ids] = rows.to(w.dtype)
+            # of the rows as written, not the rows before the last step (until stop 52 it lagged one Adam step)
+            brier = (((h @ w[self.ids].float().T).softmax(-1) @ levels - y) ** 2).mean()
         return brier.item()
