@@ -4,6 +4,8 @@ dynamic sampling (§1), EWMA weights (§3), self-distillation (§4) and the SFT 
 from __future__ import annotations
 
 import math
+import random
+import time
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine
 from trainers.grpo import GRPOTrainer
 from trainers.prompts import format_prompt
 from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs, generate
-from trainers.sft import SFTConfig, sft, verified_pairs
+from trainers.sft import SFTConfig, learning_rate, sft, supervised_batch, verified_pairs
 from trainers.tiny import build_model
 from trainers.weights import ema_update
 
@@ -480,12 +482,71 @@ def test_sft_stage_trains_on_verified_answers_only(tiny_add):
             return [(Picky(), it) for _, it in super().sample(n)]
 
     pairs, rejected = verified_pairs(PickyMix(), 50)
-    assert rejected > 0 and all(int(a) % 2 == 0 for _, a in pairs)
+    drawn = [it for _, it in _Mix().sample(50)]  # the same 50 items, in the same order
+    assert pairs == [(it.question, it.answer) for it in drawn if int(it.answer) % 2 == 0]
+    assert rejected == 50 - len(pairs) > 0
     model = _model(tiny_add)
     out = sft(model, tok, _Mix(), SFTConfig(steps=60, lr=3e-3, batch_size=16))
     assert out["sft_samples"] == 960 and out["sft_loss"] < 0.4 * out["sft_loss_first"]
     with pytest.raises(ValueError, match="steps >= 0"):
         SFTConfig(steps=-1)
+
+
+def test_sft_config_refuses_each_bad_setting_and_accepts_the_ends():
+    SFTConfig(steps=0, batch_size=1, lr=1e-12)  # the smallest valid values
+    for bad in ({"steps": -1}, {"batch_size": 0}, {"lr": 0.0}, {"lr": -1e-4}, {"lr": math.nan}, {"lr": math.inf}):
+        with pytest.raises(ValueError, match="SFTConfig"):
+            SFTConfig(**bad)
+
+
+def test_sft_learning_rate_warms_up_over_three_steps_then_follows_the_cosine():
+    cfg = SFTConfig(steps=6, lr=1.0)
+    by_hand = [1 / 3, 2 / 3 * 0.5 * (1 + math.cos(math.pi / 6)), 0.75, 0.5, 0.25, 0.5 * (1 + math.cos(5 * math.pi / 6))]
+    assert [learning_rate(cfg, t) for t in range(6)] == pytest.approx(by_hand, abs=1e-12)
+    assert learning_rate(SFTConfig(steps=6, lr=3e-4), 2) == pytest.approx(3e-4 * 0.75)
+
+
+def test_sft_cycles_its_shuffled_pairs_and_counts_what_it_trained(tiny_add, monkeypatch):
+    """Verified pairs shuffled once by the seed, then taken B at a time in order, wrapping around; the
+    returned counts are those of the batches it trained on, and on_step sees every step."""
+    import trainers.sft as sft_module
+
+    _, tok = tiny_add
+
+    class Unique(_Digit):
+        def score(self, item, text):
+            return float(int(item.question.split()[1]) % 2 == 0)  # every other item is rejected
+
+    class UniqueMix:
+        def __init__(self):
+            self.i = 0
+
+        def sample(self, n):
+            out = [(Unique(), Item(f"item {self.i + k}", str((self.i + k) % 10), "digits")) for k in range(n)]
+            self.i += n
+            return out
+
+    seen, steps = [], []
+    real = sft_module.supervised_batch
+    monkeypatch.setattr(sft_module, "supervised_batch", lambda t, chunk: seen.append(list(chunk)) or real(t, chunk))
+    cfg = SFTConfig(steps=3, lr=1e-3, batch_size=4, seed=7)
+    out = sft(_model(tiny_add), tok, UniqueMix(), cfg, on_step=lambda step, loss: steps.append(step))
+    order = [(f"item {i}", str(i % 10)) for i in range(0, 12, 2)]  # the 6 accepted of 12 drawn
+    random.Random(7).shuffle(order)
+    assert seen == [[order[(s * 4 + i) % 6] for i in range(4)] for s in range(3)]
+    assert steps == [1, 2, 3]
+    assert out["sft_steps"] == 3 and out["sft_samples"] == 12 and out["sft_rejected"] == 6 and "sft_cut" not in out
+    assert out["sft_tokens"] == sum(int(supervised_batch(tok, chunk)[1].sum()) for chunk in seen)
+
+
+def test_sft_stops_after_the_step_that_reaches_its_deadline(tiny_add):
+    _, tok = tiny_add
+    out = sft(_model(tiny_add), tok, _Mix(), SFTConfig(steps=5, batch_size=2), deadline=time.monotonic() - 1.0)
+    assert out["sft_steps"] == 1 and out["sft_samples"] == 2 and out["sft_cut"] == 1.0
+    model = _model(tiny_add)
+    before = [p.detach().clone() for p in model.parameters()]
+    assert sft(model, tok, _Mix(), SFTConfig(steps=0)) == {"sft_steps": 0.0, "sft_samples": 0.0, "sft_tokens": 0.0}
+    assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))  # no stage: nothing trained
 
 
 def test_held_out_answers_cut_off_at_the_completion_length_are_counted_and_noted(tiny_add):

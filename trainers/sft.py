@@ -33,6 +33,13 @@ class SFTConfig:
             raise ValueError(f"SFTConfig: steps >= 0, batch_size >= 1 and lr > 0 required (got {self})")
 
 
+def learning_rate(cfg: SFTConfig, step: int) -> float:
+    """AdamW's rate at optimizer step `step` (0-based): `cfg.lr`, times a linear warm-up over the first 3 steps,
+    times a cosine decay from 1 at step 0 towards 0 at step `cfg.steps`."""
+    warm = min(1.0, (step + 1) / 3)
+    return cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+
+
 def supervised_batch(tokenizer, pairs: Sequence[tuple[str, str]]) -> tuple[torch.Tensor, ...]:
     """Right-padded (B, T) ids, mask and labels; the loss falls on the answer and its <eos> only."""
     rows, labels = [], []
@@ -80,9 +87,8 @@ def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
     first = None
     done = tokens = 0
     for step in range(cfg.steps):
-        warm = min(1.0, (step + 1) / 3)
         for g in opt.param_groups:
-            g["lr"] = cfg.lr * warm * 0.5 * (1 + math.cos(math.pi * step / cfg.steps))
+            g["lr"] = learning_rate(cfg, step)
         chunk = [pairs[(step * cfg.batch_size + i) % len(pairs)] for i in range(cfg.batch_size)]
         ids, mask, lab = (t.to(dev) for t in supervised_batch(tokenizer, chunk))
         loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
@@ -93,10 +99,10 @@ def sft(model, tokenizer, mixture: Mixture, cfg: SFTConfig,
         first = loss.item() if first is None else first
         done, tokens = step + 1, tokens + int(mask.sum())
         if on_step:
-            on_step(step + 1, float(loss))
+            on_step(step + 1, loss.item())
         if deadline is not None and time.monotonic() >= deadline:
             break
     model.eval()
     return {"sft_steps": float(done), "sft_samples": float(done * cfg.batch_size), "sft_tokens": float(tokens),
-            "sft_rejected": float(rejected), "sft_loss_first": first, "sft_loss": float(loss),
+            "sft_rejected": float(rejected), "sft_loss_first": first, "sft_loss": loss.item(),
             **({"sft_cut": 1.0} if done < cfg.steps else {})}
