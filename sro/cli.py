@@ -260,6 +260,9 @@ def _show_table(run_dir: Path) -> None:
         console.print(f"hypervolume after each complete trial: {sparkline(hv['hypervolume'])} "
                       f"{hv['hypervolume'][-1]:.4g} (reference point {[round(v, 4) for v in hv['ref_point']]}, "
                       "cost negated)", highlight=False)
+        if hv["hypervolume"][-1] == 0 and hv.get("stated"):
+            console.print(f"the hypervolume is 0: no complete trial is better than the project's reference_point "
+                          f"{hv['stated']} on every objective", style="yellow", highlight=False, markup=False)
     saved = saved_budget(records)
     if saved["trials"]:
         console.print(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "

@@ -233,6 +233,13 @@ class PruningConfig(_Strict):
     def _fractions_ok(cls, v: list[float]) -> list[float]:
         if not all(0 < f < 1 for f in v):
             raise ValueError(f"every fraction must lie strictly between 0 and 1 (got {v}); e.g. [0.33, 0.67]")
+        from sro.pruning import fraction_key  # (sro.pruning reads the ledger, which reads this module)
+
+        # results are stored under the fraction to 3 decimals: two that round alike would overwrite each
+        # other's (a review, stop 52)
+        keys = [fraction_key(f) for f in sorted(set(v))]
+        if len(set(keys)) < len(keys):
+            raise ValueError(f"fractions must differ in their first 3 decimals (got {v}); e.g. [0.33, 0.67]")
         return sorted(set(v))
 
 

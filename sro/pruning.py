@@ -6,7 +6,8 @@ first `items` items of every held-out benchmark, and the cost so far (wall secon
 values, per objective, are the trial's intermediate results at that fidelity; they are stored in the
 ledger (`Ledger.report_intermediate`). The trial is stopped — recorded as `pruned` with its partial
 results (`Ledger.end_early`) — when at least `min_dominating` earlier trials' results *at the same
-fraction* dominate it (no worse on every objective, better on one). With fewer than `min_dominating`
+fraction* dominate it (no worse on every objective, better on one) and are better on a score, not on the cost
+alone (`dominating_count`); each earlier recipe counts once, by its latest run. With fewer than `min_dominating`
 earlier results at that fraction nothing is pruned, so the rule is safe in a young study.
 
 Optuna's pruners need a single intermediate value and cannot prune multi-objective studies; this rule

@@ -610,8 +610,14 @@ def test_redesign_is_due_when_the_hypervolume_stalls():
                                             "benchmarks": [{"name": "b", "reasoning_gym": "basic_arithmetic"}]}},
             "designer": {"redesign_on_stall": 3}}
     project = ProjectConfig.model_validate(data)
-    assert "has not grown for 3 trials" in due(project, flat, 0)
+    assert due(project, flat, 0) == "the hypervolume has not grown for 3 trials"
     assert due(project, flat, 4) is None  # fewer than 3 trials since the last design
+    # a stated reference point no trial beats: the stall says why it cannot end
+    strict = ProjectConfig.model_validate({**data, "reference_point": {"cost": 5}})
+    assert due(strict, flat, 0) == ("the hypervolume has not grown for 3 trials (it is 0: no complete trial is "
+                                    "better than the project's reference_point on every objective)")
+    loose = ProjectConfig.model_validate({**data, "reference_point": {"cost": 100}})
+    assert due(loose, flat, 0) == "the hypervolume has not grown for 3 trials"
 
 
 # --- LLM-proposed candidates for the optimizer ---------------------------------------------------

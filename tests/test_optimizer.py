@@ -253,6 +253,23 @@ def test_acquisition_reference_point_sits_below_the_front() -> None:
     assert ref.tolist() == pytest.approx([0.8, -10.8])
 
 
+def test_a_score_the_whole_front_ties_on_gets_a_margin_below_its_worst_value() -> None:
+    """Three Pareto trials all at 1.0 on benchmark b: botorch's reference point sat 1e-8 below the tie, so a
+    candidate at 0.98 on b added no hypervolume, however good on a and cost (a review, stop 52)."""
+    objectives = [("a/x", "max"), ("b/y", "max"), ("cost", "min")]
+    Y = torch.tensor([[0.2, 1.0, -10.0], [0.4, 1.0, -20.0], [0.6, 1.0, -40.0], [0.1, 0.5, -50.0]], dtype=torch.float64)
+    # a: front range 0.4 → 0.2 − 0.04; b: tied on the front, worst value 0.5 − 10% of 0.5; cost: −50 − 4
+    ref = study_reference_point(Y, objectives, front=True)
+    assert ref.tolist() == pytest.approx([0.16, 0.45, -54.0])
+    from sro.optimizer.hypervolume import hypervolume as hv
+
+    cand = torch.tensor([[0.9, 0.98, -12.0]], dtype=torch.float64)
+    assert hv(torch.cat([Y, cand]), ref) > hv(Y, ref)
+    # a single Pareto point keeps botorch's margin, a tenth of its magnitude
+    assert front_reference_point(torch.tensor([[2.0, 1.0], [1.0, 0.5]], dtype=torch.float64)).tolist() == \
+        pytest.approx([1.8, 0.9])
+
+
 def test_stated_reference_point_replaces_the_inferred_one() -> None:
     # objectives a (max) and cost (min): the stated values in natural units, negated for min;
     # an objective the project does not name keeps the inferred value (10% of the range below the worst)

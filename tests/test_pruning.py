@@ -199,6 +199,9 @@ def test_pruning_config_validates(micro_project) -> None:
     p = micro_project("cfg", "pruning: {at: [0.5, 1.5]}\n")
     with pytest.raises(ConfigError, match="strictly between 0 and 1"):
         load_project(p)
+    with pytest.raises(ConfigError, match=r"differ in their first 3 decimals \(got \[0.3331, 0.3334\]\)"):
+        load_project(micro_project("cfg3", "pruning: {at: [0.3331, 0.3334]}\n"))
+    assert load_project(micro_project("cfg4", "pruning: {at: [0.333, 0.334]}\n")).pruning.at == [0.333, 0.334]
     assert load_project(micro_project("cfg2", "pruning: {enabled: false, items: 10}\n")).pruning.enabled is False
 
 

@@ -820,6 +820,23 @@ def _run_with_one_trial(project, run_dir: Path) -> Ledger:
     return ledger
 
 
+def test_show_says_when_no_trial_beats_the_stated_reference_point(micro_project, tmp_path):
+    """A stated reference point worse than every trial made the hypervolume 0 with no word why, and a stall
+    redesign came every `redesign_on_stall` trials (a review, stop 52)."""
+    from sro.optimizer.hypervolume import hypervolume_history
+
+    for name, ref, says in (("strict", 0.9, True), ("loose", 0.1, False)):
+        project = load_project(micro_project(name, f"reference_point: {{arithmetic/add: {ref}}}\n"))
+        run_dir = tmp_path / "runs" / name
+        ledger = _run_with_one_trial(project, run_dir)  # its trial scores 0.5
+        ledger.put("hypervolume", hypervolume_history(ledger.records(), project.objective_directions(),
+                                                      project.reference_point))
+        shown = CliRunner().invoke(app, ["show", str(run_dir)], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, shown.output
+        assert ("the hypervolume is 0: no complete trial is better than the project's reference_point "
+                "{'arithmetic/add': 0.9} on every objective" in shown.output) is says, shown.output
+
+
 def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(micro_project, tmp_path, monkeypatch):
     """`sro show` listed a failed trial as `failed` with no reason (it was in the report only), and `sro train`
     on a failed trial's exported recipe gave no word that it had failed."""

@@ -135,8 +135,20 @@ def due(project: ProjectConfig, records: list[TrialRecord], last_at: int) -> str
         return f"{n - last_at} trials since the last design"
     if d.redesign_on_stall and n - last_at >= d.redesign_on_stall and hypervolume_stalled(
             records, project.objective_directions(), d.redesign_on_stall, project.reference_point):
-        return f"the hypervolume has not grown for {d.redesign_on_stall} trials"
+        return f"the hypervolume has not grown for {d.redesign_on_stall} trials" + _below_stated(project, records)
     return None
+
+
+def _below_stated(project: ProjectConfig, records: list[TrialRecord]) -> str:
+    """A note where the hypervolume is 0 above a stated `reference_point`: then no trial can make it grow but one
+    better than that point on every objective, which the stall alone does not say (a review, stop 52)."""
+    from sro.optimizer.hypervolume import hypervolume_history
+
+    if not project.reference_point:
+        return ""
+    hv = hypervolume_history(records, project.objective_directions(), project.reference_point)["hypervolume"]
+    return (" (it is 0: no complete trial is better than the project's reference_point on every objective)"
+            if hv and hv[-1] == 0 else "")
 
 
 def _to_u(p: Param, v: float) -> float:

@@ -48,8 +48,19 @@ def reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
 
 def front_reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
     """(n, m) observed outcomes, maximization frame → (m,) point `margin` × the Pareto front's range
-    below the front's nadir (botorch's `infer_reference_point`); every Pareto point dominates it."""
-    return infer_reference_point(Y[is_non_dominated(Y)], scale=margin)
+    below the front's nadir (botorch's `infer_reference_point`); every Pareto point dominates it.
+
+    Where two or more Pareto points tie on an objective (a benchmark every one of them scores 1.0 on), the front
+    has no range there, and botorch's point sat 1e-8 below the tie: a candidate a little worse on it added no
+    hypervolume however much better it was on the others (a review, stop 52). That objective gets
+    `reference_point`'s value instead, a margin below its worst observed value. A single Pareto point keeps
+    botorch's margin of a tenth of its magnitude."""
+    front = Y[is_non_dominated(Y)]
+    ref = infer_reference_point(front, scale=margin)
+    if len(front) > 1:
+        tied = front.max(dim=0).values == front.min(dim=0).values
+        ref = torch.where(tied, reference_point(Y, margin), ref)
+    return ref
 
 
 def study_reference_point(Y: torch.Tensor, objectives: Sequence[tuple[str, str]],
