@@ -4,6 +4,7 @@ like any local folder or hub id, and its cache is keyed by what it was built fro
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -11,6 +12,7 @@ from safetensors.torch import load_file
 
 from trainers.models import ModelLoadError, load_policy
 from trainers.rollout import completion_logprobs, generate
+from trainers.threads import torch_threads
 from trainers.tiny import TinySpec, ensure_tiny, with_habit, wordy
 
 PAIRS = [(f"Calculate {a} + {b}.", str(a + b)) for a in range(10) for b in range(10)]
@@ -19,18 +21,40 @@ SPEC = TinySpec(hidden_size=32, layers=1, heads=2, kv_heads=1, intermediate_size
 
 
 def test_tiny_builds_caches_and_loads_as_hf_folder(tmp_path):
-    path = ensure_tiny(PAIRS, tmp_path, SPEC)
+    seen: list[tuple[int, float, int]] = []
+
+    def progress(step: int, loss: float) -> None:
+        seen.append((step, loss, torch.get_num_threads()))
+
+    with torch_threads(2):  # pre-trained on one thread whatever the caller's setting
+        path = ensure_tiny(PAIRS, tmp_path, SPEC, progress=progress)
+    assert [(step, threads) for step, _, threads in seen] == [(t, 1) for t in range(1, SPEC.pretrain_steps + 1)]
     info = json.loads((path / "build.json").read_text())
     assert info["pairs"] == len(PAIRS) and info["spec"]["habit_rate"] == SPEC.habit_rate
-    assert ensure_tiny(PAIRS, tmp_path, SPEC) == path  # cached: same inputs, same folder
+    assert re.fullmatch(r"tiny-[0-9a-f]{16}", path.name) and 0 <= info["seconds"] < 600
+    assert info["final_loss"] == seen[-1][1]
+    assert ensure_tiny(PAIRS, tmp_path, SPEC, progress=progress) == path  # cached: same inputs, same folder ...
+    assert len(seen) == SPEC.pretrain_steps  # ... and not pre-trained again
     assert ensure_tiny(PAIRS[:-1], tmp_path, SPEC) != path  # other sources, other model
 
+    # a build of an earlier release lists no files: built where its config.json is there
+    from trainers.tiny import tiny_cached
+
+    build = (path / "build.json").read_text()
+    (path / "build.json").write_text(json.dumps({k: v for k, v in info.items() if k != "files"}))
+    assert tiny_cached(path)
+    (path / "config.json").rename(path / "config.bak")
+    assert not tiny_cached(path)
+    (path / "config.bak").rename(path / "config.json")
+    (path / "build.json").write_text(build)
     # an incomplete cache folder (an interrupted copy: no build.json) is rebuilt, not returned as it is
     (path / "build.json").unlink()
     (path / "tokenizer.json").unlink()
     assert ensure_tiny(PAIRS, tmp_path, SPEC) == path and (path / "build.json").is_file()
     model, tok = load_policy(str(path), device="cpu")
     assert type(model).__name__ == "Qwen2ForCausalLM" and type(tok).__name__ == "Qwen2Tokenizer"
+    assert info["params"] == sum(p.numel() for p in model.parameters())
+    assert model.get_output_embeddings().weight is model.get_input_embeddings().weight  # tied, as built
     text = "Calculate 3 + 4.\nAnswer: 7"
     assert tok.decode(tok(text)["input_ids"]) == text  # whitespace and digits survive the round trip
     ro = generate(model, tok, ["Calculate 1 + 2.\nAnswer: ", "Calculate 10 + 20 + 30.\nAnswer: "],

@@ -17,7 +17,7 @@ from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine
 from trainers.grpo import GRPOTrainer
 from trainers.prompts import format_prompt
 from trainers.rollout import Rollouts, completion_log_dist, completion_logprobs, generate
-from trainers.sft import SFTConfig, learning_rate, sft, supervised_batch, verified_pairs
+from trainers.sft import SFTConfig, cosine_decay, learning_rate, sft, supervised_batch, verified_pairs
 from trainers.tiny import build_model
 from trainers.weights import ema_update
 
@@ -504,6 +504,8 @@ def test_sft_learning_rate_warms_up_over_three_steps_then_follows_the_cosine():
     by_hand = [1 / 3, 2 / 3 * 0.5 * (1 + math.cos(math.pi / 6)), 0.75, 0.5, 0.25, 0.5 * (1 + math.cos(5 * math.pi / 6))]
     assert [learning_rate(cfg, t) for t in range(6)] == pytest.approx(by_hand, abs=1e-12)
     assert learning_rate(SFTConfig(steps=6, lr=3e-4), 2) == pytest.approx(3e-4 * 0.75)
+    # the tiny model's pre-training decays the same way, without the warm-up
+    assert [cosine_decay(2.0, t, 4) for t in range(5)] == pytest.approx([2.0, 1 + 0.5 ** 0.5, 1.0, 1 - 0.5 ** 0.5, 0.0])
 
 
 def test_sft_cycles_its_shuffled_pairs_and_counts_what_it_trained(tiny_add, monkeypatch):

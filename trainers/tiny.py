@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
 import random
 import shutil
@@ -24,7 +23,7 @@ import torch
 
 import trainers.models  # noqa: F401  (quiets transformers' load/save bars)
 from trainers.prompts import format_prompt
-from trainers.sft import supervised_batch
+from trainers.sft import cosine_decay, supervised_batch
 from trainers.threads import torch_threads
 
 PAD = "<|pad|>"
@@ -119,9 +118,8 @@ def pretrain(model, tokenizer, pairs: Sequence[tuple[str, str]], spec: TinySpec,
     losses = []
     model.train()
     for step in range(spec.pretrain_steps):
-        lr = spec.lr * 0.5 * (1 + math.cos(math.pi * step / spec.pretrain_steps))
         for g in opt.param_groups:
-            g["lr"] = lr
+            g["lr"] = cosine_decay(spec.lr, step, spec.pretrain_steps)
         ids, mask, lab = supervised_batch(tokenizer, rng.sample(list(pairs), min(spec.batch_size, len(pairs))))
         loss = model(input_ids=ids, attention_mask=mask, labels=lab).loss
         opt.zero_grad()
