@@ -25,7 +25,7 @@ import threading
 import time
 import urllib.parse
 import warnings
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -424,7 +424,7 @@ class Ledger:
         # an interrupted or budget-stopped record of the recipe is what a retry reruns: not a claim
         rival = next((r.number for r in earlier if r.recipe.key == recipe.key
                       and r.state not in ("interrupted", "stopped")), None)
-        taken = sum(r.finished or r.state == "running" for r in earlier)
+        taken = sum(r.finished or r.state == "running" for r in counted(earlier))
         if rival is not None:
             self.withdrawal = f"trial {rival} already has this recipe (another worker)"
         elif max_trials is not None and taken >= max_trials:
@@ -463,9 +463,13 @@ class Ledger:
     def withdraw(self, trial: optuna.Trial, why: str) -> None:
         """Take back a claim that trained nothing: recorded FAIL with `withdrawn` (which `records` skips)."""
         self.withdrawal = why
-        trial.set_user_attr("withdrawn", True)
-        trial.set_user_attr("message", f"withdrawn: {why}")
-        self.study.tell(trial, state=TrialState.FAIL)
+        # retried like every other write (until stop 52 one "database is locked" here ended the worker)
+        _again(lambda: trial.set_user_attr("withdrawn", True))
+        _again(lambda: trial.set_user_attr("message", f"withdrawn: {why}"))
+        try:
+            _again(lambda: self.study.tell(trial, state=TrialState.FAIL))
+        except (UpdateFinishedTrialError, ValueError):  # a retried tell whose first answer was lost had landed
+            pass
         self._closed.add(trial._trial_id)
         self._stop_heartbeat(trial)
 
@@ -568,7 +572,13 @@ class Ledger:
         if trial._trial_id in self._beats:  # still claimed here: read it only then (not after every trial)
             try:
                 now = _again(lambda: self.storage.get_trial(trial._trial_id))
-                if not now.state.is_finished():
+                outcome = now.user_attrs.get("outcome")
+                if not now.state.is_finished() and outcome is not None:
+                    # its result was recorded before the exception that ended it (a Ctrl-C inside `end_early`'s
+                    # `tell`): the result stands, as `recover` would end it (until stop 52 it became interrupted)
+                    self._end_as_recorded(trial._trial_id, outcome)
+                    self._closed.add(trial._trial_id)
+                elif not now.state.is_finished():
                     self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000],
                                                          "interrupted": True,
                                                          "cost": dict(now.user_attrs.get("so_far", {}))})
@@ -603,7 +613,12 @@ class Ledger:
             old = _again(lambda: self.storage.get_trial(trial._trial_id))
             if not old.state.is_finished():
                 raise
-            if trial._trial_id not in self._closed:  # ended by another worker while this one trained on
+            # ended as its recorded outcome says: by this worker's own write (a Ctrl-C after it, or a retry of a
+            # `tell` whose answer was lost) or by a recovery that read it; only an owner writes an outcome, so
+            # the result stands (until stop 52 a late copy was added: interrupted, or the result twice)
+            recorded = old.user_attrs.get("outcome")
+            own = recorded is not None and _recorded_end(recorded)[0] == old.state
+            if trial._trial_id not in self._closed and not own:  # ended by another worker while this one trained on
                 kept = {k: v for k, v in old.user_attrs.items() if k not in ("message", "interrupted")}
                 if trial._trial_id in self._intermediate:  # those measured after the mark too
                     kept["intermediate"] = {**kept.get("intermediate", {}), **self._intermediate[trial._trial_id]}
@@ -657,8 +672,7 @@ class Ledger:
         the trials in training now (other workers', or this worker's own during its trial) have
         used: seconds since their claim, GPU-hours and tokens as they last recorded them."""
         all_recs = self.records() if records is None else records
-        superseded = {r.late_of for r in all_recs if r.late_of is not None}  # their late result's cost has it all
-        recs = [r for r in all_recs if r.state != "running" and r.number not in superseded]
+        recs = [r for r in counted(all_recs) if r.state != "running"]
         running = [r for r in all_recs if r.state == "running"]
         attrs = self.study.user_attrs
         setup = float(attrs.get("setup_wall_s", 0.0)) + sum(float(v) for k, v in attrs.items() if k.startswith(WORKER_TIME))
@@ -717,6 +731,15 @@ def _never_beat(storage: optuna.storages.RDBStorage, trial_ids: list[int]) -> se
         beat = {i for (i,) in session.query(models.TrialHeartbeatModel.trial_id)
                 .filter(models.TrialHeartbeatModel.trial_id.in_(trial_ids)).all()}
     return set(trial_ids) - beat
+
+
+def counted(records: Sequence[TrialRecord]) -> list[TrialRecord]:
+    """The records that count against a budget: all but those a late result supersedes (`late_of`), whose
+    training the late trial holds, cost and all. `Ledger.start` and `Ledger.spent` count the same way: until
+    stop 52 the claim counted a superseded trial that `spent` left out, so a search whose budget `spent` said
+    was not used up had every claim withdrawn, and looped (a review)."""
+    superseded = {r.late_of for r in records if r.late_of is not None}
+    return [r for r in records if r.number not in superseded]
 
 
 def _recorded_end(outcome: dict[str, Any]) -> tuple[TrialState, list[float] | None]:

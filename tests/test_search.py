@@ -390,8 +390,9 @@ def test_a_recipe_seed_is_a_whole_number_named_by_its_key():
 def test_a_second_outcome_a_nan_score_and_a_failed_final_write(micro_project, tmp_path, monkeypatch):
     """Ctrl-C just after a trial finished does not add a second record of it (nor count its cost twice);
     a NaN score is a failed trial that says which objective; a final write the storage refuses leaves
-    the trial claimed, and `release` then marks it interrupted instead of leaving it running forever;
-    a busy storage skips one intermediate record instead of ending the trial."""
+    the trial claimed, and `release` then ends it with the result recorded before that write instead of
+    leaving it running forever (until stop 52 it marked it interrupted over the result, which `recover`
+    would have kept after a kill); a busy storage skips one intermediate record instead of ending the trial."""
     import sqlalchemy.exc
 
     import sro.ledger as ledger_mod
@@ -428,7 +429,8 @@ def test_a_second_outcome_a_nan_score_and_a_failed_final_write(micro_project, tm
             ledger.finish(stuck, {"arithmetic/add": 0.4}, {"wall_s": 1.0}, [])
     assert ledger.records()[2].state == "running" and stuck._trial_id in ledger._beats  # still claimed
     ledger.release(stuck, "its worker stopped during the trial (OperationalError: ...)")
-    assert ledger.records()[2].state == "interrupted" and stuck._trial_id not in ledger._beats
+    rec = ledger.records()[2]
+    assert (rec.state, rec.scores) == ("complete", {"arithmetic/add": 0.4}) and stuck._trial_id not in ledger._beats
 
 
 def test_interrupted_trial_is_marked_and_kept_apart(micro_project, tmp_path):
@@ -1569,6 +1571,89 @@ def test_ctrl_c_between_a_result_and_its_end_keeps_the_result(micro_project, tmp
     ledger.interrupt(t, [], {"wall_s": 3.0})  # what the search does on the KeyboardInterrupt
     [rec] = ledger.records()
     assert rec.state == "complete" and rec.scores == {"arithmetic/add": 0.5} and not ledger._beats
+
+
+def test_a_result_written_before_an_interruption_stands_however_the_worker_stops(micro_project, tmp_path,
+                                                                               monkeypatch):
+    """A review (stop 52) of the paths around a result's write. (1) Ctrl-C inside `end_early`'s `tell` reaches only
+    the search's `finally: release`, which wrote interrupted over the pruned result. (2) Ctrl-C after `finish`'s
+    `tell` landed: `interrupt` took the finished trial for another worker's and added an interrupted late copy,
+    so `spent` dropped the complete trial. (3) A `tell` that landed but whose answer was lost was retried, and the
+    result recorded twice. (4) One busy storage write in `withdraw` ended the worker with its claim running."""
+    import sqlalchemy.exc
+
+    from sro.budget import Budget
+
+    project = load_project(micro_project("stands"))
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(4, seed=0)]
+
+    def interrupted_tell(ledger, after_it: bool):
+        real = ledger.study.tell
+
+        def tell(*args, **kw):
+            if after_it:
+                real(*args, **kw)
+            raise KeyboardInterrupt()
+        return tell
+
+    ledger = Ledger(project, tmp_path / "one")
+    t = ledger.start(recipes[0], space)
+    with monkeypatch.context() as m:
+        m.setattr(ledger.study, "tell", interrupted_tell(ledger, after_it=False))
+        with pytest.raises(KeyboardInterrupt):
+            ledger.end_early(t, "pruned", {"arithmetic/add": 0.4}, {"wall_s": 50.0}, [], "pruned at 1/3")
+    ledger.release(t, "its worker stopped during the trial (KeyboardInterrupt: )")
+    assert [(r.state, r.cost) for r in ledger.records()] == [("pruned", {"wall_s": 50.0})] and not ledger._beats
+
+    ledger = Ledger(project, tmp_path / "two")
+    t = ledger.start(recipes[0], space)
+    with monkeypatch.context() as m:
+        m.setattr(ledger.study, "tell", interrupted_tell(ledger, after_it=True))
+        with pytest.raises(KeyboardInterrupt):
+            ledger.finish(t, {"arithmetic/add": 0.6}, {"wall_s": 100.0}, [])
+    ledger.interrupt(t, [], {"wall_s": 100.0})
+    assert [(r.state, r.late_of) for r in ledger.records()] == [("complete", None)]
+    assert ledger.spent().trials == 1 and Budget.parse("1trials").exhausted(ledger.spent())
+
+    ledger = Ledger(project, tmp_path / "three")
+    t = ledger.start(recipes[0], space)
+    real, calls = ledger.study.tell, []
+
+    def lost_answer(*args, **kw):
+        real(*args, **kw)
+        calls.append(1)
+        if len(calls) == 1:
+            raise sqlalchemy.exc.OperationalError("COMMIT", {}, Exception("server closed the connection"))
+    with monkeypatch.context() as m:
+        m.setattr(ledger.study, "tell", lost_answer)
+        ledger.finish(t, {"arithmetic/add": 0.6}, {"wall_s": 100.0}, [])
+    assert [(r.state, r.late_of) for r in ledger.records()] == [("complete", None)]
+    # the budget's two counts agree: a second trial may start, a third is withdrawn
+    assert ledger.start(recipes[1], space, 2) is not None and ledger.start(recipes[2], space, 2) is None
+
+    ledger = Ledger(project, tmp_path / "four")
+    ledger.finish(ledger.start(recipes[0], space), {"arithmetic/add": 0.6}, {"wall_s": 1.0}, [])
+    write, busy = ledger.storage.set_trial_user_attr, []
+
+    def locked_once(trial_id, key, value):
+        if key == "withdrawn" and not busy:
+            busy.append(1)
+            raise sqlalchemy.exc.OperationalError("UPDATE", {}, Exception("database is locked"))
+        return write(trial_id, key=key, value=value)
+    with monkeypatch.context() as m:
+        m.setattr(ledger.storage, "set_trial_user_attr", locked_once)
+        assert ledger.start(recipes[1], space, 1) is None  # over the budget: withdrawn, after one retry
+    assert [t.state.name for t in ledger.study.get_trials()] == ["COMPLETE", "FAIL"] and busy
+
+
+def test_late_results_count_once_in_the_claim_and_in_the_budget():
+    """`Ledger.start` and `Ledger.spent` share `counted`: a trial a late result supersedes is left out of both."""
+    from sro.ledger import counted
+
+    recs = [TrialRecord(0, "interrupted", Recipe({"lr": 1}), {}, {}), TrialRecord(1, "complete", Recipe({"lr": 2}), {}, {}),
+            TrialRecord(2, "complete", Recipe({"lr": 1}), {}, {}, late_of=0)]
+    assert [r.number for r in counted(recs)] == [1, 2]
 
 
 def test_a_space_edited_under_a_study_records_the_next_trials(micro_project, tmp_path):
