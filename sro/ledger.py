@@ -357,9 +357,10 @@ class Ledger:
         if not running:
             return []
         host, me, out = socket.gethostname(), _host_id(), []
-        stale = set(self.storage._get_stale_trial_ids(self.study._study_id))  # Optuna's own heartbeat table
+        # retried like every other storage call: a busy storage here ended the search (a review, stop 52)
+        stale = set(_again(lambda: self.storage._get_stale_trial_ids(self.study._study_id)))  # Optuna's heartbeats
         grace = STALE_BEATS * self.heartbeat_s
-        silent = _never_beat(self.storage, [t._trial_id for t in running])
+        silent = _again(lambda: _never_beat(self.storage, [t._trial_id for t in running]))
         for t in running:
             pid, thost = t.user_attrs.get("pid"), t.user_attrs.get("host")
             # a gone process of this host first: the surest reason, and the same however long ago it died

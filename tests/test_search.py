@@ -1648,6 +1648,34 @@ def test_a_result_written_before_an_interruption_stands_however_the_worker_stops
     assert [t.state.name for t in ledger.study.get_trials()] == ["COMPLETE", "FAIL"] and busy
 
 
+def test_recover_retries_a_busy_storage(micro_project, tmp_path, monkeypatch):
+    """`recover` runs at every pass of the search loop; one "database is locked" in its heartbeat reads ended the
+    search (a review, stop 52)."""
+    import sqlalchemy.exc
+
+    import sro.ledger as ledger_mod
+
+    project = load_project(micro_project("busyrec"))
+    ledger = Ledger(project, tmp_path / "busyrec")
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    t = ledger.start(Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)), space)
+    ledger._stop_heartbeat(t)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    t.set_user_attr("pid", dead.pid)
+    read, busy = ledger.storage._get_stale_trial_ids, []
+
+    def locked_once(study_id):
+        if not busy:
+            busy.append(1)
+            raise sqlalchemy.exc.OperationalError("SELECT", {}, Exception("database is locked"))
+        return read(study_id)
+    monkeypatch.setattr(ledger_mod.time, "sleep", lambda s: None)  # _again's back-off
+    monkeypatch.setattr(ledger.storage, "_get_stale_trial_ids", locked_once)
+    assert [r.key for r in ledger.recover()] == [Recipe(space.sobol(1, seed=0)[0], dict(space.fixed)).key] and busy
+    assert [r.state for r in ledger.records()] == ["interrupted"]
+
+
 def test_late_results_count_once_in_the_claim_and_in_the_budget():
     """`Ledger.start` and `Ledger.spent` share `counted`: a trial a late result supersedes is left out of both."""
     from sro.ledger import counted
