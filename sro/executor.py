@@ -309,7 +309,7 @@ def episode_score(model, tokenizer, b: Benchmark, max_new_tokens: int, history: 
     return NO_CONFIDENCE[b.metric] if b.metric in NO_CONFIDENCE and math.isnan(v) else v
 
 
-NO_CONFIDENCE = {"auroc": 0.5, "first_auroc": 0.5, "ece": 0.5, "first_ece": 0.5, "brier": 0.25, "first_brier": 0.25}
+NO_CONFIDENCE = {m: 0.25 if m.endswith("brier") else 0.5 for m in CONFIDENCE_METRICS}
 """A confidence metric's score where it is undefined (nan), that of a constant stated confidence of 0.5: AUROC 0.5
 where the episodes have one outcome only; where no step stated a confidence at all (every held-out episode crashed at
 reset, so every one failed), ECE 0.5 and Brier 0.25. Until stop 52 only AUROC had one, and an ECE or Brier benchmark

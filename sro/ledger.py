@@ -573,16 +573,17 @@ class Ledger:
         if trial._trial_id in self._beats:  # still claimed here: read it only then (not after every trial)
             try:
                 now = _again(lambda: self.storage.get_trial(trial._trial_id))
-                outcome = now.user_attrs.get("outcome")
-                if not now.state.is_finished() and outcome is not None:
-                    # its result was recorded before the exception that ended it (a Ctrl-C inside `end_early`'s
-                    # `tell`): the result stands, as `recover` would end it (until stop 52 it became interrupted)
-                    self._end_as_recorded(trial._trial_id, outcome)
-                    self._closed.add(trial._trial_id)
-                elif not now.state.is_finished():
-                    self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000],
-                                                         "interrupted": True,
-                                                         "cost": dict(now.user_attrs.get("so_far", {}))})
+                if not now.state.is_finished():
+                    outcome = now.user_attrs.get("outcome")
+                    if outcome is not None:
+                        # its result was recorded before the exception that ended it (a Ctrl-C inside `end_early`'s
+                        # `tell`): it stands, as `recover` would end it (until stop 52 it became interrupted)
+                        self._end_as_recorded(trial._trial_id, outcome)
+                        self._closed.add(trial._trial_id)
+                    else:
+                        self._close(trial, TrialState.FAIL, {"message": f"interrupted: {why}"[:2000],
+                                                             "interrupted": True,
+                                                             "cost": dict(now.user_attrs.get("so_far", {}))})
             except STORAGE_BUSY as e:  # the storage is away: with its heartbeat stopped, the trial is
                 # marked interrupted by the next worker that looks (`recover`), after STALE_BEATS beats
                 _log.warning("trial %s could not be released: %s", trial.number, e)

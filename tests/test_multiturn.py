@@ -121,6 +121,13 @@ def _episode(keys_actions, success):
     return e
 
 
+def _crashed(keys_actions) -> Episode:
+    """A failed episode that the environment ended by an exception at its last step."""
+    e = _episode(keys_actions, False)
+    e.result = replace(e.result, reason="env error: BrokenPipeError: engine process exited")
+    return e
+
+
 def test_proas_with_lambda_zero_and_neutral_graph_is_grpo_in_the_trainer():
     eps = [_episode([("s0", "go east"), ("s1", "take coin")], True), _episode([("s0", "go west")] * 3, False),
            _episode([("s0", "dance"), ("s0", "go east"), ("s1", "take coin")], True), _episode([("s0", "x")], False)]
@@ -146,15 +153,10 @@ def test_an_episode_the_env_crashed_is_left_out_of_its_groups_baseline():
         e.result = EpisodeResult(False, 0.0, 0, 0, "env error at reset: ConnectionError: simulator down")
         return e
 
-    def mid_crash() -> Episode:
-        e = _episode([("s0", "go east")], False)
-        e.result = replace(e.result, reason="env error: BrokenPipeError: engine process exited")
-        return e
-
     cfg = MultiTurnConfig(GRPOConfig(group_size=4))
     wins = [crashed_at_reset()] + [_episode([("s0", "go east"), ("s1", "take coin")], True) for _ in range(3)]
     assert credit(wins, torch.tensor([0.0, 1.0, 1.0, 1.0]), cfg, None) == [[], [0.0] * 2, [0.0] * 2, [0.0] * 2]
-    mixed = [mid_crash(), _episode([("s0", "go east")], True), _episode([("s0", "go west")], False),
+    mixed = [_crashed([("s0", "go east")]), _episode([("s0", "go east")], True), _episode([("s0", "go west")], False),
              _episode([("s0", "go east")], True)]
     got = credit(mixed, torch.tensor([0.0, 1.0, 0.0, 1.0]), cfg, None)
     survivors = ADVANTAGES.get(cfg.base.scale_rewards)(torch.tensor([1.0, 0.0, 1.0]), 3).tolist()
@@ -162,8 +164,9 @@ def test_an_episode_the_env_crashed_is_left_out_of_its_groups_baseline():
     # groups of 3: the two left after a crash are compared with each other; one left gets 0 like the crashed ones
     # (a threshold of 3, stop 48's sweep, zeroed the first group too)
     cfg = MultiTurnConfig(GRPOConfig(group_size=3))
-    two_left = [_episode([("s0", "go east")], True), _episode([("s0", "go west")], False), mid_crash(),
-                _episode([("s0", "go east")], True), mid_crash(), mid_crash()]
+    crash = _crashed([("s0", "go east")])
+    two_left = [_episode([("s0", "go east")], True), _episode([("s0", "go west")], False), crash,
+                _episode([("s0", "go east")], True), crash, crash]
     pair = ADVANTAGES.get(cfg.base.scale_rewards)(torch.tensor([1.0, 0.0]), 2).tolist()
     assert pair[0] > 0 > pair[1]
     assert credit(two_left, torch.tensor([1.0, 0.0, 0.0, 1.0, 0.0, 0.0]), cfg, None) == [
@@ -173,8 +176,7 @@ def test_an_episode_the_env_crashed_is_left_out_of_its_groups_baseline():
 def test_a_crash_under_batch_scaling_leaves_the_batchs_spread_to_the_episodes_kept():
     """`scale_rewards: batch` divides by the spread of the whole batch; with a crash the groups were scaled one by
     one, so one crash in the second group rescaled the first (a review, stop 52)."""
-    crash = _episode([("s0", "go east")], False)
-    crash.result = replace(crash.result, reason="env error: BrokenPipeError: engine process exited")
+    crash = _crashed([("s0", "go east")])
     cfg = MultiTurnConfig(GRPOConfig(group_size=4, scale_rewards="batch"))
     eps = [_episode([("s0", "go east")], r == 1.0) for r in (1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0)] + [crash]
     got = credit(eps, torch.tensor([1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0, 0.0]), cfg, None)
@@ -192,17 +194,12 @@ def test_a_crash_teaches_the_graph_nothing_and_is_no_failed_episode_of_the_credi
     class OneGame:
         n_games = 1
 
-    def crashed(action):
-        e = _episode([("hall", action)], False)
-        e.result = replace(e.result, reason="env error: BrokenPipeError: engine process exited")
-        return e
-
     for source in ("distilled", "rules"):
         cfg = MultiTurnConfig(GRPOConfig(group_size=4, prompts_per_step=1, steps=1, beta=0.0), credit="proas",
                               proas=ProASConfig(graph_source=source, n_min=4))
         tr = MultiTurnTrainer(model, tok, cfg, [OneGame()])
-        tr.rollout = lambda: [crashed("go east"), crashed("dance"), crashed("go east"),
-                              _episode([("hall", "go east"), ("hall", "look")], False)]
+        tr.rollout = lambda: [_crashed([("hall", "go east")]), _crashed([("hall", "dance")]),
+                              _crashed([("hall", "go east")]), _episode([("hall", "go east"), ("hall", "look")], False)]
         m = tr.step()
         assert m["env_errors"] == 3.0
         if source == "distilled":
@@ -212,22 +209,34 @@ def test_a_crash_teaches_the_graph_nothing_and_is_no_failed_episode_of_the_credi
             assert m["deviations_per_failed"] == 0.0
 
 
-class _FreeTextCrash(TextEnv):
-    """A free-text adapter: it lists no commands and accepts any; with `crash_at`, it raises at that step."""
+def test_a_step_without_a_stated_confidence_reads_one_half():
+    """Calibration records take a step's stated confidence, and 0.5 where it stated none (stop 48's sweep: `is`
+    for `is not` swapped them)."""
+    won, lost = _episode([("s0", "go east"), ("s1", "take coin")], True), _episode([("s0", "go west")], False)
+    won.steps[0].confidence, lost.steps[0].confidence = 0.9, 0.2
+    recs = confidence_records([won, lost])
+    assert [(r.episode, r.step, r.confidence, r.success) for r in recs] == [
+        (0, 0, 0.9, True), (0, 1, 0.5, True), (1, 0, 0.2, False)]
+
+
+class _FreeText(TextEnv):
+    """A free-text environment: it lists no commands and accepts any text of even length; two steps win. With
+    `crash_at`, it raises at that step."""
 
     def __init__(self, crash_at: int | None = None) -> None:
-        super().__init__(EnvSettings(max_steps=3))
+        super().__init__(EnvSettings(max_steps=2))
         self.crash_at = crash_at
 
     def reset(self, *, seed=None, options=None):
         self.t = 0
-        return "type anything", {"step": StepInfo([], "s0", True)}
+        return "type anything", {"step": StepInfo([], "s0", True, walkthrough=["hi"])}
 
     def step(self, action: str):
         self.t += 1
         if self.t == self.crash_at:
             raise RuntimeError("engine fell over")
-        return "ok", 0.0, False, self.t >= self.settings.max_steps, {"step": StepInfo([], f"s{self.t}", True)}
+        won = self.t == 2
+        return "ok", float(won), won, False, {"step": StepInfo([], f"s{self.t}", True, won=won, score=float(won))}
 
 
 def test_on_a_free_text_env_unlisted_is_not_invalid(policy, monkeypatch):
@@ -242,39 +251,13 @@ def test_on_a_free_text_env_unlisted_is_not_invalid(policy, monkeypatch):
     monkeypatch.setattr(mt, "generate", lambda model, tok, prompts, *a, **k: SimpleNamespace(
         texts=["hello"] * len(prompts), completion_ids=torch.ones(len(prompts), 2, dtype=torch.long),
         completion_mask=torch.ones(len(prompts), 2, dtype=torch.long)))
-    (e,) = play_episodes(model, tok, [_FreeTextCrash(crash_at=2)], ["g"], greedy=True)
+    (e,) = play_episodes(model, tok, [_FreeText(crash_at=2)], ["g"], greedy=True)
     assert e.result.crashed and (e.result.steps, e.result.invalid) == (2, 0)
-    assert play(_FreeTextCrash(crash_at=2), lambda obs, st: "hello").invalid == 0
-    (e,) = play_episodes(model, tok, [_FreeTextCrash()], ["g"], greedy=True, confidence=True)
-    assert [s.valid for s in e.steps] == [True] * 3 and [s.listed for s in e.steps] == [False] * 3
+    assert play(_FreeText(crash_at=2), lambda obs, st: "hello").invalid == 0
+    (e,) = play_episodes(model, tok, [_FreeText()], ["g"], greedy=True, confidence=True)
+    assert [s.valid for s in e.steps] == [True] * 2 and [s.listed for s in e.steps] == [False] * 2
     assert [s.conf_prompt for s in e.steps] == [format_prompt(confidence_question(
-        obs, "hello", t + 1, 3, listed=False, earlier_unlisted=t), tok) for t, obs in enumerate(["type anything", "ok", "ok"])]
-
-
-def test_a_step_without_a_stated_confidence_reads_one_half():
-    """Calibration records take a step's stated confidence, and 0.5 where it stated none (stop 48's sweep: `is`
-    for `is not` swapped them)."""
-    won, lost = _episode([("s0", "go east"), ("s1", "take coin")], True), _episode([("s0", "go west")], False)
-    won.steps[0].confidence, lost.steps[0].confidence = 0.9, 0.2
-    recs = confidence_records([won, lost])
-    assert [(r.episode, r.step, r.confidence, r.success) for r in recs] == [
-        (0, 0, 0.9, True), (0, 1, 0.5, True), (1, 0, 0.2, False)]
-
-
-class _FreeText(TextEnv):
-    """A free-text environment: it lists no commands and accepts any text of even length; two steps win."""
-
-    def __init__(self) -> None:
-        super().__init__(EnvSettings(max_steps=2))
-
-    def reset(self, *, seed=None, options=None):
-        self.t = 0
-        return "type anything", {"step": StepInfo([], "s0", True, walkthrough=["hi"])}
-
-    def step(self, action: str):
-        self.t += 1
-        won = self.t == 2
-        return "ok", float(won), won, False, {"step": StepInfo([], f"s{self.t}", True, won=won, score=float(won))}
+        obs, "hello", t + 1, 2, listed=False, earlier_unlisted=t), tok) for t, obs in enumerate(["type anything", "ok"])]
 
 
 def test_a_steps_validity_is_the_environments_verdict(policy):

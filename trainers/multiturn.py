@@ -161,12 +161,13 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
                    for i in active]
         ro = generate(model, tok, prompts, 1, temperature, max_new_tokens, greedy=greedy)
         cmds = [resolve_action(ro.texts[j], eps[i].info.admissible) for j, i in enumerate(active)]
+        listed = [cmds[j] in eps[i].info.admissible for j, i in enumerate(active)]
         conf = None
         if confidence:
             cq = [format_prompt(confidence_question(  # about the command the env runs (a choice's number resolved)
                 eps[i].obs, cmds[j], len(eps[i].steps) + 1,
                 getattr(getattr(envs[i], "settings", None), "max_steps", None),
-                listed=cmds[j] in eps[i].info.admissible,
+                listed=listed[j],
                 earlier_unlisted=sum(not s.listed for s in eps[i].steps)), tok)
                 for j, i in enumerate(active)]
             conf = expected_confidence(confidence_logits(model, tok, cq)).tolist()
@@ -175,8 +176,7 @@ def play_episodes(model, tok, envs: Sequence, games: Sequence[str], *, greedy: b
             ep, env = eps[i], envs[i]
             st = ep.info
             cmd = cmds[j]
-            listed = cmd in st.admissible
-            step = Step(prompts[j], _ids(ro, j), cmd, st.state_key, listed, listed=listed)
+            step = Step(prompts[j], _ids(ro, j), cmd, st.state_key, listed[j], listed=listed[j])
             if conf is not None:
                 step.conf_prompt, step.confidence = cq[j], conf[j]
             ep.steps.append(step)
@@ -269,9 +269,10 @@ def group_advantages(eps: Sequence[Episode], rewards: torch.Tensor, cfg: MultiTu
               if len(kept := [i for i in range(start, min(start + G, len(eps))) if not crashed(eps[i])]) >= 2]
     # `batch` scales by the spread of the whole batch: of every episode kept, not of each group alone (a review,
     # stop 52: one crash rescaled the groups without one)
-    spread = rewards[[i for g in groups for i in g]].std() + EPS_STD if len(groups) > 0 else None
+    by_batch = cfg.base.scale_rewards == "batch"
+    spread = rewards[[i for g in groups for i in g]].std() + EPS_STD if by_batch and groups else None
     for kept in groups:
-        if cfg.base.scale_rewards == "batch":
+        if by_batch:
             adv = (ADVANTAGES.get("none")(rewards[kept], len(kept)) / spread).tolist()
         else:
             adv = estimator(rewards[kept], len(kept)).tolist()

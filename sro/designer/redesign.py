@@ -123,7 +123,11 @@ def hypervolume_stalled(records: list[TrialRecord], objectives: list[tuple[str, 
     `reference_point` where it states one)."""
     from sro.optimizer.hypervolume import hypervolume_history
 
-    hv = hypervolume_history(records, objectives, ref_point)["hypervolume"]
+    return _stalled(hypervolume_history(records, objectives, ref_point)["hypervolume"], window)
+
+
+def _stalled(hv: list[float], window: int) -> bool:
+    """Whether the last `window` values of the hypervolume history `hv` added nothing."""
     return window > 0 and len(hv) > window and hv[-1] <= hv[-1 - window] + 1e-12
 
 
@@ -133,22 +137,18 @@ def due(project: ProjectConfig, records: list[TrialRecord], last_at: int) -> str
     n = sum(r.finished for r in records)
     if d.redesign_every and n - last_at >= d.redesign_every:
         return f"{n - last_at} trials since the last design"
-    if d.redesign_on_stall and n - last_at >= d.redesign_on_stall and hypervolume_stalled(
-            records, project.objective_directions(), d.redesign_on_stall, project.reference_point):
-        return f"the hypervolume has not grown for {d.redesign_on_stall} trials" + _below_stated(project, records)
+    if d.redesign_on_stall and n - last_at >= d.redesign_on_stall:
+        from sro.optimizer.hypervolume import hypervolume_history
+
+        hv = hypervolume_history(records, project.objective_directions(), project.reference_point)["hypervolume"]
+        if _stalled(hv, d.redesign_on_stall):
+            # at 0 above a stated reference point, only a trial better than it on every objective can end the
+            # stall, which the stall alone does not say (a review, stop 52)
+            below = project.reference_point and hv[-1] == 0
+            return f"the hypervolume has not grown for {d.redesign_on_stall} trials" + (
+                " (it is 0: no complete trial is better than the project's reference_point on every objective)"
+                if below else "")
     return None
-
-
-def _below_stated(project: ProjectConfig, records: list[TrialRecord]) -> str:
-    """A note where the hypervolume is 0 above a stated `reference_point`: then no trial can make it grow but one
-    better than that point on every objective, which the stall alone does not say (a review, stop 52)."""
-    from sro.optimizer.hypervolume import hypervolume_history
-
-    if not project.reference_point:
-        return ""
-    hv = hypervolume_history(records, project.objective_directions(), project.reference_point)["hypervolume"]
-    return (" (it is 0: no complete trial is better than the project's reference_point on every objective)"
-            if hv and hv[-1] == 0 else "")
 
 
 def _to_u(p: Param, v: float) -> float:
