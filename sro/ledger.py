@@ -73,8 +73,16 @@ class TrialRecord:
 
     @property
     def finished(self) -> bool:
-        """Ended for good (never run again); only "complete" trials are on the Pareto front."""
+        """Ended: never run again, but for a `stopped` one, which a search with more budget runs again
+        (`search._retry`). Only "complete" trials are on the Pareto front."""
         return self.state in ("complete", "failed", *END_EARLY)
+
+    @property
+    def settled(self) -> bool:
+        """Finished as its recipe's own outcome: every finished state but `stopped`, whose training the budget
+        cut (its recipe waits to be run again). What a trial budget counts: until stop 53 a stopped trial took a
+        slot and so did its rerun, and `3h,3trials` after a cut gave two recipes' results."""
+        return self.finished and self.state != "stopped"
 
     def value(self, key: str) -> float:
         """One objective's raw value: `cost` is wall seconds, any other key a benchmark score (nan if absent)."""
@@ -425,7 +433,7 @@ class Ledger:
         # an interrupted or budget-stopped record of the recipe is what a retry reruns: not a claim
         rival = next((r.number for r in earlier if r.recipe.key == recipe.key
                       and r.state not in ("interrupted", "stopped")), None)
-        taken = sum(r.finished or r.state == "running" for r in counted(earlier))
+        taken = sum(r.settled or r.state == "running" for r in counted(earlier))
         if rival is not None:
             self.withdrawal = f"trial {rival} already has this recipe (another worker)"
         elif max_trials is not None and taken >= max_trials:
@@ -528,8 +536,9 @@ class Ledger:
         """A trial stopped before the end of its training, as `state` in `END_EARLY` ("pruned": dominated
         at an intermediate evaluation; "collapsed": training collapsed; "stopped": the wall-clock budget
         ran out during its training). Its partial `scores` and `cost`
-        are kept; it counts as finished (never run again) and is not on the Pareto front (Optuna state
-        PRUNED)."""
+        are kept; it counts as finished and is not on the Pareto front (Optuna state PRUNED). A pruned or
+        collapsed trial is never run again; a stopped one is, once a search has more budget (`search._retry`),
+        and takes no slot of a trial budget (`TrialRecord.settled`)."""
         if state not in END_EARLY:
             raise ValueError(f"end_early: state must be one of {END_EARLY}, got {state!r}")
         self._close(trial, TrialState.PRUNED, {"end_state": state, "scores": scores, "cost": cost, "curve": curve,
@@ -680,7 +689,7 @@ class Ledger:
         setup = float(attrs.get("setup_wall_s", 0.0)) + sum(float(v) for k, v in attrs.items() if k.startswith(WORKER_TIME))
         now = time.time()
         return Spent(wall_s=setup + sum(r.cost.get("wall_s", 0.0) for r in recs),
-                     trials=sum(r.finished for r in recs),
+                     trials=sum(r.settled for r in recs),
                      gpu_h=sum(r.cost.get("gpu_h", 0.0) for r in recs),
                      tokens=sum(r.cost.get("tokens", 0.0) for r in recs),
                      running=len(running), running_wall_s=sum(max(0.0, now - r.started) for r in running if r.started),

@@ -66,6 +66,11 @@ def dominating_count(values: dict[str, float], earlier: Sequence[dict[str, float
     return sum(counts(e) for e in earlier)
 
 
+ITEMS = "items"
+"""Key of the number of items per benchmark an intermediate result was scored on, beside its objectives (whose
+keys are `cost` and `domain/benchmark`, never this)."""
+
+
 def fraction_key(fraction: float) -> str:
     return f"{fraction:.3f}"
 
@@ -114,14 +119,21 @@ class Pruner:
         interrupted trial whose late result became a new trial, `late_of`, counts once, as that trial),
         and none of recipe `recipe_key`, the one being judged (a retry is not judged against its own
         interrupted attempt). Until stop 30 both counted: one run could prune a trial twice over, and a
-        retry was pruned by its own cheaper first attempt."""
+        retry was pruned by its own cheaper first attempt. Only results scored on as many items as this
+        pruner's `items` count (a study resumed with another `pruning.items` compared results scored on 50
+        items with those on 10, a review at stop 52)."""
         key = fraction_key(fraction)
+
+        def same_items(values: dict[str, float]) -> bool:  # results from before stop 53 do not say: as before
+            return values.get(ITEMS, self.items) == self.items
+
         superseded = {r.late_of for r in history if r.late_of is not None}
         # one result per recipe, its latest run's: a recipe stopped by the budget or interrupted runs again on
         # resume, and its two runs counted twice towards `min_dominating` (a review, stop 37)
         latest: dict[str, dict[str, float]] = {}
         for r in sorted(history, key=lambda r: r.number):
-            if key in r.intermediate and r.number not in superseded and (recipe_key is None or r.recipe.key != recipe_key):
+            if (key in r.intermediate and same_items(r.intermediate[key]) and r.number not in superseded
+                    and (recipe_key is None or r.recipe.key != recipe_key)):
                 latest[r.recipe.key] = r.intermediate[key]
         return list(latest.values())
 
@@ -155,7 +167,7 @@ class Pruner:
             t_eval = time.monotonic()
             values = {**subset_scores(ctx, model, tokenizer, self.items, turns),
                       "cost": round(time.monotonic() - t0, 2)}
-            report(f, values)
+            report(f, {**values, ITEMS: float(self.items)})  # the fidelity, beside the fraction that keys it
             n = self.should_prune(values, self.earlier(history, f, recipe_key))
             if n:
                 raise TrialPruned(f, step, values, n, eval_s)

@@ -270,7 +270,7 @@ def _retry(records: list[TrialRecord], space: RecipeSpace, left_s: float | None 
     has crashed its process `MAX_CRASHES` times. A `stopped` one waits while the wall time left (`left_s`) is
     no longer than the time it had: run again at once, it was cut shorter still (a review, stop 38: a recipe
     stopped at step 13 of 31 ran again in the budget's last seconds, and stopped at step 5)."""
-    taken = {r.recipe.key for r in records if (r.finished and r.state != "stopped") or r.state == "running"}
+    taken = {r.recipe.key for r in records if r.settled or r.state == "running"}
     taken |= set(crashed(records))
     if left_s is not None:
         taken |= {r.recipe.key for r in records if r.state == "stopped" and r.cost.get("wall_s", 0.0) >= left_s}
@@ -644,15 +644,21 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 progress.console.print(f"[dim]claim of recipe {recipe.key} withdrawn: {escape(ledger.withdrawal)}[/]")
                 continue
             t_train = time.monotonic()
-            # proposing and claiming count before the trial starts: its wall-clock limit leaves them out
-            ledger.add_worker_time(t_train - mark)
-            mark, spent = t_train, ledger.spent()
-            if (over := budget.over_cost(spent)) is not None:  # proposing and claiming spent the rest
-                ledger.withdraw(trial, "the budget ran out while proposing")
-                # read again without the withdrawn claim, which `spent` counted as a trial still training
-                reason = budget.over_cost(ledger.spent()) or over
-                progress.console.print(_spent_note(budget, reason, " while proposing"))
-                break
+            try:  # from here on, whatever stops the worker releases the claim (`_train_and_record` below does)
+                # proposing and claiming count before the trial starts: its wall-clock limit leaves them out
+                ledger.add_worker_time(t_train - mark)
+                mark, spent = t_train, ledger.spent()
+                if (over := budget.over_cost(spent)) is not None:  # proposing and claiming spent the rest
+                    ledger.withdraw(trial, "the budget ran out while proposing")
+                    # read again without the withdrawn claim, which `spent` counted as a trial still training
+                    reason = budget.over_cost(ledger.spent()) or over
+                    progress.console.print(_spent_note(budget, reason, " while proposing"))
+                    break
+            except BaseException as exc:
+                # a Ctrl-C here left the claim running, its heartbeat beating, for as long as the process lived
+                # (a Python session), and every other worker waited on it (a review, stop 52)
+                ledger.release(trial, f"its worker stopped before the trial started ({type(exc).__name__}: {exc})")
+                raise
             _train_and_record(trial, recipe, ctx, ledger, budget, spent, pruner, progress, base, lower)
             training_s = time.monotonic() - t_train  # the trial's own cost covers this
             records = ledger.records()  # read once after the trial: the failure streak and the hypervolume

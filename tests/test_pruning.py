@@ -70,6 +70,11 @@ def test_checkpoints_and_earlier_results_by_fraction() -> None:
     late = TrialRecord(2, "complete", Recipe({"v": 1}), intermediate=recs[1].intermediate, late_of=1)
     assert p.earlier([*recs, late], 1 / 3) == [{"a/x": 0.1, "cost": 1.0}, {"a/x": 0.2, "cost": 2.0}]
     assert p.earlier([*recs, late], 1 / 3, recipe_key=Recipe({"v": 0}).key) == [{"a/x": 0.2, "cost": 2.0}]
+    # the same fidelity is the same items too: a result scored on 10 items does not judge one on 50 (p.items)
+    other = [TrialRecord(0, "complete", Recipe({"v": 0}), intermediate={"0.333": {"a/x": 0.1, "items": 10.0}}),
+             TrialRecord(1, "complete", Recipe({"v": 1}), intermediate={"0.333": {"a/x": 0.2, "items": 50.0}})]
+    assert p.earlier(other, 1 / 3) == [{"a/x": 0.2, "items": 50.0}]
+    assert Pruner(OBJ, items=10).earlier(other, 1 / 3) == [{"a/x": 0.1, "items": 10.0}]
 
 
 @dataclasses.dataclass
@@ -109,6 +114,7 @@ def test_hook_scores_subsets_reports_and_prunes() -> None:
     hook(10, model, None)  # 1/3: scored on 20 items, reported; only 2 earlier results → goes on
     assert torch.equal(torch.rand(3), expected) and model.training
     assert reported[0][0] == pytest.approx(1 / 3) and reported[0][1]["a/x"] == 0.2 and reported[0][1]["cost"] >= 0
+    assert reported[0][1]["items"] == 20  # the fidelity it was scored at, beside the fraction
     hook = p.hook(ctx, 30, bad, lambda f, v: reported.append((f, v)))
     with pytest.raises(TrialPruned, match=r"pruned at 33% of its steps \(step 10\): dominated by 3") as e:
         hook(10, model, None)
@@ -226,6 +232,7 @@ def test_search_prunes_keeps_partial_results_and_reports_savings(micro_project, 
     assert set(first.intermediate) == {"0.333", "0.667"}  # evaluated at both checkpoints, went on
     assert set(pruned.intermediate) == {"0.333"} and pruned.cost["saved_steps"] >= 3
     assert set(pruned.scores) == {"arithmetic/add"} and len(pruned.curve) == 2  # stopped at step 2 of 6-7
+    assert pruned.intermediate["0.333"]["items"] == 8
     assert pruned.cost["tokens"] == pruned.curve[-1]["tokens"] > 0  # what it trained counts against a token budget
     assert len({r.recipe.key for r in summary.trials}) == 2
     hv = Ledger(project, runs / "pr").get("hypervolume")

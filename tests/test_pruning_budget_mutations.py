@@ -144,7 +144,7 @@ def test_the_hook_reports_the_seconds_since_it_was_built_rounded_to_hundredths(m
     hook = Pruner(OBJ).hook(ctx, 30, dominating, lambda f, v: reported.append(v))
     with pytest.raises(TrialPruned) as e:
         hook(10, _Model(), None)
-    assert reported == [{"a/x": 0.1, "cost": 12.35}] and e.value.values["cost"] == 12.35
+    assert reported == [{"a/x": 0.1, "cost": 12.35, "items": 50.0}] and e.value.values == {"a/x": 0.1, "cost": 12.35}
     assert e.value.eval_s == 0.0 and ctx.turns == [0]
     assert pruning.subset_scores(ctx, _Model(), None, 5) == {"a/x": 0.1} and ctx.turns == [0, 0]
     assert TrialPruned(0.5, 3, {}, 3).eval_s == 0.0  # no earlier evaluations unless told

@@ -645,6 +645,27 @@ def test_a_claim_beyond_the_trial_budget_is_withdrawn(micro_project, tmp_path, s
     assert ledger.records()[0].state == "complete"
 
 
+def test_a_stopped_trial_takes_no_slot_of_a_trial_budget(micro_project, tmp_path):
+    """A trial the budget cut (`stopped`) is run again by a search with more budget; the claim and `spent` leave
+    it out of a trial budget, its cost spent (until stop 53 it and its rerun took two slots)."""
+    from sro.budget import Budget
+
+    space = RecipeSpace.from_yaml(SMALL_SPACE)
+    recipes = [Recipe(v, dict(space.fixed)) for v in space.sobol(2, seed=0)]
+    ledger = Ledger(load_project(micro_project("slot")), tmp_path / "slot")
+    ledger.end_early(ledger.start(recipes[0], space, max_trials=1), "stopped", {"arithmetic/add": 0.3},
+                     {"wall_s": 30.0}, [], "stopped by the wall-clock budget at step 2 of 4")
+    spent = ledger.spent()
+    assert (spent.trials, spent.wall_s) == (0, 30.0) and Budget.parse("1trials").exhausted(spent) is None
+    rerun = ledger.start(recipes[0], space, max_trials=1)
+    assert rerun is not None, ledger.withdrawal
+    assert ledger.start(recipes[1], space, max_trials=1) is None  # the rerun holds the one slot
+    ledger.finish(rerun, {"arithmetic/add": 0.5}, {"wall_s": 60.0}, [])
+    assert [r.state for r in ledger.records()] == ["stopped", "complete"]
+    spent = ledger.spent()
+    assert (spent.trials, spent.wall_s) == (1, 90.0) and Budget.parse("1trials").exhausted(spent)
+
+
 def test_a_cost_budget_counts_what_running_trials_have_used(micro_project, tmp_path, shared_storage):
     """Two workers share a wall-clock (or GPU-hour, or token) budget: what another worker's trial has
     used so far counts as spent, both when a worker decides whether to start a trial and while its own

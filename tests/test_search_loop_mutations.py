@@ -295,3 +295,34 @@ def test_a_claim_made_after_proposing_spent_the_budget_is_withdrawn_and_the_sear
     assert trial.state.name == "FAIL" and trial.user_attrs["withdrawn"] is True
     assert trial.user_attrs["message"] == "withdrawn: the budget ran out while proposing"
     assert search.ledger().records() == [] and search.ledger().spent().running == 0
+
+
+def test_a_ctrl_c_between_the_claim_and_the_training_releases_the_claim(tmp_path, monkeypatch):
+    """A Ctrl-C after the claim, before the training (here while the worker's time is recorded): the claim
+    ends interrupted and its heartbeat stops, so a Python session that catches the interrupt holds no running
+    trial (one did, beating, while the process lived) and the next search runs the recipe first."""
+    search = Search(tmp_path, monkeypatch, "ctrl-c")
+    claim, record = Ledger.start, Ledger.add_worker_time
+    claimed: list[Ledger] = []
+
+    def start(self, recipe, space, max_trials=None):
+        claimed.append(self)
+        return claim(self, recipe, space, max_trials)
+
+    def add_worker_time(self, seconds):
+        if claimed:
+            raise KeyboardInterrupt()
+        record(self, seconds)
+
+    monkeypatch.setattr(Ledger, "start", start)
+    monkeypatch.setattr(Ledger, "add_worker_time", add_worker_time)
+    with pytest.raises(KeyboardInterrupt):
+        search("2trials")
+    assert search.ran == [] and not claimed[0]._beats
+    (rec,) = search.ledger().records()
+    assert rec.state == "interrupted" and "before the trial started (KeyboardInterrupt" in rec.message
+    monkeypatch.setattr(Ledger, "add_worker_time", record)
+    claimed.clear()
+    summary = search("2trials")
+    assert search.ran[0].key == rec.recipe.key and [t.state for t in summary.trials] == ["interrupted", "complete",
+                                                                                           "complete"]

@@ -171,12 +171,15 @@ def test_trial_cut_by_the_wall_clock_budget_is_kept_apart(micro_project, tmp_pat
         return TrialOutcome({"arithmetic/add": 0.6}, {"wall_s": 60.0}, [{"reward": 0.1}] * int(recipe.get("steps")), {})
 
     monkeypatch.setattr(sro.search, "run_trial", full_run)
+    # A stopped trial takes no slot of a trial budget (until stop 53 it did, and so did its rerun)
     summary = run_search(load_project(micro_project("cut")), Budget.parse("2h,2trials"), runs, "random", Console(quiet=True))
-    assert [r.state for r in summary.trials] == ["stopped", "complete"] and summary.trials[1].recipe.key != t.recipe.key
-    # a bigger budget runs the stopped recipe again first, to the end this time
-    summary = run_search(load_project(micro_project("cut")), Budget.parse("3h,3trials"), runs, "random", Console(quiet=True))
     assert [r.state for r in summary.trials] == ["stopped", "complete", "complete"]
-    assert summary.trials[2].recipe.key == t.recipe.key and summary.trials[2].scores == {"arithmetic/add": 0.6}
+    assert t.recipe.key not in {r.recipe.key for r in summary.trials[1:]}
+    # a bigger budget runs the stopped recipe again first, to the end this time, as the budget's third trial
+    summary = run_search(load_project(micro_project("cut")), Budget.parse("3h,3trials"), runs, "random", Console(quiet=True))
+    assert [r.state for r in summary.trials] == ["stopped", "complete", "complete", "complete"]
+    assert summary.trials[3].recipe.key == t.recipe.key and summary.trials[3].scores == {"arithmetic/add": 0.6}
+    assert summary.stop_reason.startswith("3/3 trials done")
 
 
 @pytest.mark.slow
