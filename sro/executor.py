@@ -446,17 +446,13 @@ def source_weights(recipe: Recipe, tasks: dict[str, list[Task]]) -> dict[str, li
 
 def _step_callback(curve: list[dict[str, float]], model, tok,
                    on_step: Callable[[int, dict[str, float]], bool | None] | None,
-                   on_checkpoint: Callable[[int, object, object], None] | None,
-                   check_finite: bool = False) -> Callable[[int, dict[str, float]], bool]:
+                   on_checkpoint: Callable[[int, object, object], None] | None) -> Callable[[int, dict[str, float]], bool]:
     """The trainer's per-step callback: record the curve, then the caller's `on_step` (returning True
     stops the training there, e.g. a wall-clock budget shared with other workers is spent) and
-    `on_checkpoint`. `check_finite` fails the trial on a non-finite loss (for trainers without a
-    failure clock)."""
+    `on_checkpoint`."""
 
     def step_cb(step: int, m: dict[str, float]) -> bool:
         curve.append({k: round(float(v), 5) for k, v in m.items()})
-        if check_finite and not all(math.isfinite(float(m[k])) for k in ("loss", "grad_norm")):
-            raise TrialFailed(f"training diverged at step {step} (loss={m['loss']}, grad_norm={m['grad_norm']})")
         if on_step and on_step(step, m):
             return True
         if on_checkpoint:
@@ -512,10 +508,7 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
         return {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
                 "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
 
-    if trainer.collapse and cfg.stop_on_collapse:
-        raise TrialCollapsed(trainer.collapse, cost(), curve)
-    if trainer.collapse:  # kept training on purpose (stop_on_collapse false): scored, and flagged
-        metrics["collapsed_at_samples"] = float(next(m["samples"] for m in curve if m.get("collapsed")))
+    metrics.update(_collapse(trainer, cfg, cost, curve))
     # a source the recipe's filters emptied was dropped and its share drawn from the others: when, in prompts
     metrics.update({f"source_exhausted/{key}": float(at) for key, at in mixture.exhausted.items()})
     notes = HeldOutNotes()
@@ -529,6 +522,18 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
                 metrics[f"gap/{d}"] = round(s - sum(held) / len(held), 4)
     return TrialOutcome(scores, cost(), curve, metrics, notes.lines(project.runtime.max_new_tokens),
                         cut_by_limit(curve, tcfg) or "sft_cut" in metrics)
+
+
+def _collapse(trainer: GRPOTrainer | MultiTurnTrainer, cfg: GRPOConfig, cost: Callable[[], dict[str, float]],
+              curve: list[dict[str, float]]) -> dict[str, float]:
+    """After training: `TrialCollapsed` when the trainer's failure clock fired (`trainer.collapse`) and the recipe
+    stops on a collapse; when it trained through on purpose (`stop_on_collapse` false), the metric that flags
+    it, for the scored trial; else nothing."""
+    if trainer.collapse and cfg.stop_on_collapse:
+        raise TrialCollapsed(trainer.collapse, cost(), curve)
+    if trainer.collapse:
+        return {"collapsed_at_samples": float(next(m["samples"] for m in curve if m.get("collapsed")))}
+    return {}
 
 
 def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,
@@ -547,17 +552,22 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
         raise TrialFailed(f"recipe {recipe.key} is not a valid multi-turn config: {e}") from None
     trainer = MultiTurnTrainer(model, tok, mcfg, tasks)
     curve: list[dict[str, float]] = []
-    trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint, check_finite=True))
+    trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
     train_s = time.monotonic() - t0
+    on_gpu = next(model.parameters()).device.type == "cuda"
+
+    def cost() -> dict[str, float]:
+        wall = time.monotonic() - t0
+        return {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
+                "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
+
+    # the failure clock, as in a single-turn trial (until stop 53 only a non-finite loss failed an agent's trial)
+    collapsed = _collapse(trainer, mcfg.base, cost, curve)
     notes = HeldOutNotes()
     scores = ctx.score(model, tok, history=mcfg.history, notes=notes)  # the prompt format it trained on
-    wall = time.monotonic() - t0
-    on_gpu = next(model.parameters()).device.type == "cuda"
-    cost = {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
-            "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
-    metrics = {"episodes": float(trainer.episodes), "env_errors": float(len(trainer.failures)),
+    metrics = {"episodes": float(trainer.episodes), "env_errors": float(len(trainer.failures)), **collapsed,
                **notes.metrics(multi_turn=True)}
     lines = [f"{len(trainer.failures)} training episode(s) ended by an environment error, e.g. "
              f"{trainer.failures[0]}"] if trainer.failures else []
-    return TrialOutcome(scores, cost, curve, metrics, lines + notes.lines(ctx.project.runtime.max_new_tokens),
+    return TrialOutcome(scores, cost(), curve, metrics, lines + notes.lines(ctx.project.runtime.max_new_tokens),
                         cut_by_limit(curve, tcfg))

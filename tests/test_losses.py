@@ -197,3 +197,22 @@ def test_proximal_kl_caps_rho_and_its_settings_hold_their_documented_defaults():
     assert proximal_kl_stats(two)["prox_delta_max"] == pytest.approx(0.1)
     none = LossInputs(torch.zeros(1, 2), torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2), torch.zeros(1, 2))
     assert proximal_kl_stats(none)["prox_ess"] == 0.0
+
+
+def test_the_staleness_weight_and_the_distillation_teacher_carry_no_gradient():
+    """Only log π_θ is trained: Proximal KL's staleness weight (π_prox/μ) and top-k reverse KL's teacher are
+    targets. Every caller passed them without a gradient; a new one leaked it into the weight or the teacher
+    (a review, stop 53)."""
+    from trainers.distill import DIVERGENCES
+
+    logp = torch.tensor([[-0.5, -1.0]], requires_grad=True)
+    prox = torch.tensor([[-0.6, -0.9]], requires_grad=True)
+    behav = torch.tensor([[-0.7, -1.2]], requires_grad=True)
+    loss = POLICY_LOSSES.get("proximal_kl")(LossInputs(logp, behav, prox, torch.ones(1, 2), torch.ones(1, 2)))
+    loss.sum().backward()
+    assert logp.grad is not None and logp.grad.abs().sum() > 0 and prox.grad is None and behav.grad is None
+    student = torch.log_softmax(torch.tensor([[[1.0, 0.5, -1.0]]]), -1).requires_grad_()
+    teacher = torch.log_softmax(torch.tensor([[[0.2, 0.4, 0.1]]]), -1).requires_grad_()
+    for name in ("sampled_rkl", "topk_rkl"):
+        DIVERGENCES.get(name)(student, teacher, torch.tensor([[0]]), top_k=2).sum().backward()
+        assert teacher.grad is None and student.grad.abs().sum() > 0, name

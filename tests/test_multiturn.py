@@ -679,6 +679,16 @@ def test_multi_turn_config_from_recipe_values():
     # what the multi-turn trainer does not do is refused, not silently ignored
     with pytest.raises(ValueError, match="does not support staleness, num_iterations, distill.weight"):
         multi_turn_config("grpo", GRPOConfig(staleness=1, num_iterations=2, distill={"weight": 0.3}), {})
+    from trainers.algorithms import ALGORITHMS, RecipeValueError
+
+    # a clip range: in one pass over fresh episodes the ratio is 1 and the clip never applies (a review, stop 53:
+    # `proas` declared eps_low/eps_high, and a search spent two dimensions on them); by the key that set it
+    with pytest.raises(RecipeValueError, match=r"recipe value eps_high: .* eps_low 0.2, eps_high 0.2\)"):
+        multi_turn_config("proas", GRPOConfig(eps_high=0.28), {"eps_high": 0.28})
+    with pytest.raises(RecipeValueError, match=r"recipe value eps: the multi-turn trainer"):
+        multi_turn_config("grpo", GRPOConfig(eps_low=0.3, eps_high=0.3), {"eps": 0.3})
+    assert multi_turn_config("grpo", GRPOConfig(eps_high=0.2), {"eps_high": 0.2}).base.eps_high == 0.2  # the default
+    assert not {"eps_low", "eps_high"} & {k.name for k in ALGORITHMS.get("proas").knobs}
     # an algorithm not declared for multi-turn domains: Proximal KL over one pass of fresh episodes has
     # μ = π_prox = π_θ, i.e. it would be plain REINFORCE with its prox.* knobs doing nothing
     with pytest.raises(ValueError, match="algorithm proximal_kl is not declared for multi-turn domains"):
@@ -814,11 +824,25 @@ def test_executor_trains_an_agent_project_with_the_multi_turn_trainer(tmp_path, 
     assert noted.metrics["env_errors"] == 2 and noted.notes[0] == (
         "2 training episode(s) ended by an environment error, e.g. game 3: env error: OSError: first")
     monkeypatch.setattr(MultiTurnTrainer, "train", real_train)
-    # the multi-turn trainer has no failure clock: a non-finite loss fails the trial at that step
+    # the failure clock, as a single-turn trial's: a non-finite loss collapses the trial at that step, with the
+    # samples it used (until stop 53 the multi-turn trainer had none, and only a non-finite loss failed a trial)
     real_step = MultiTurnTrainer.step
-    monkeypatch.setattr(MultiTurnTrainer, "step", lambda self: {**real_step(self), "loss": float("nan")})
-    with pytest.raises(executor_mod.TrialFailed, match="training diverged at step 1"):
-        run_trial(recipe, ctx)
+    with monkeypatch.context() as m:
+        m.setattr(MultiTurnTrainer, "step", lambda self: {**real_step(self), "loss": float("nan")})
+        with pytest.raises(executor_mod.TrialCollapsed, match=r"collapsed after [1-9]\d* samples: loss is nan") as e:
+            run_trial(recipe, ctx)
+    assert len(e.value.curve) == 1 and e.value.curve[0]["collapsed"] == 1.0
+    # and the recipe's `collapse.*` are read: steps whose gradient norm (said to be 3) is above the recipe's
+    # ceiling (2; the default is 1e4) fire it; trained through on purpose (`stop_on_collapse` false), the trial
+    # is scored and flagged
+    monkeypatch.setattr(MultiTurnTrainer, "step", lambda self: {**real_step(self), "grad_norm": 3.0})
+    ceiling = {**recipe.values, "collapse.max_grad_norm": 2.0}
+    with pytest.raises(executor_mod.TrialCollapsed, match=r"gradient norm exploded \(3 > 2\)"):
+        run_trial(Recipe(ceiling, recipe.fixed), ctx)
+    through = run_trial(Recipe({**ceiling, "stop_on_collapse": False}, recipe.fixed), ctx)
+    assert len(through.curve) == 2 and through.metrics["collapsed_at_samples"] == through.curve[0]["samples"]
+    assert set(through.scores) == {"agent/coin"}
+    assert len(run_trial(recipe, ctx).curve) == 2  # at the default ceiling it trains on
 
 
 def test_proas_metrics_describe_the_graph_the_credit_used(policy, monkeypatch):

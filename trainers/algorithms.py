@@ -143,7 +143,7 @@ for algo in (
               COMMON + REUSE + PROX + EXTRAS),
     Algorithm("proas", "ProAS: reference-graph credit shaping of GRPO for multi-turn agents (ALGORITHMS.md §2)",
               frozenset({"multi_turn"}), {"policy_loss": "clip", "scale_rewards": "group", "aggregation": "seq_mean"},
-              COMMON + CLIP + PROAS),
+              COMMON + PROAS),  # no clip range: one pass over fresh episodes, the ratio is 1 (`unsupported_settings`)
 ):
     ALGORITHMS.add(algo.name, algo)
 

@@ -6,12 +6,18 @@ larger batch at a set fraction of the trial) with the learning rate scaled as `l
 The failure clock: `FailureClock` watches every step for NaN, an exploding gradient norm or |δ|,
 entropy collapse, and reward falling from its peak, and names the first that fires. A trainer stops
 when it fires and reports the samples it used; the search records the trial as collapsed.
+
+`run_steps` is the training loop under both clocks, shared by the single-turn and the multi-turn trainer.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass
@@ -106,3 +112,54 @@ class BatchSchedule:
         n = self.prompts(step) * self.group_size
         n0 = self.ref_batch or self.prompts_per_step * self.group_size
         return lr0 * (n / n0) ** self.lr_alpha
+
+
+def non_finite_error(e: BaseException) -> bool:
+    """Whether an error of a training step is about non-finite values (torch's sampler: "probability tensor
+    contains either `inf`, `nan` or element < 0"): a collapse, not a crash. Whole words only; until stop 25
+    any message containing "inf" or "nan" (info, inference, nanoseconds) was taken for a collapse."""
+    return re.search(r"\b(nan|inf|infinity|non-finite)\b", str(e), re.IGNORECASE) is not None
+
+
+def run_steps(trainer: Any, cfg: Any, on_step: Callable[[int, dict[str, float]], bool | None] | None = None
+              ) -> list[dict[str, float]]:
+    """Run `cfg.steps` steps of `trainer` (a `GRPOConfig`'s; `trainer.step()` returns a step's metrics, with
+    its `reward`, and `trainer` has a `FailureClock` as `clock`, `collapse` and `samples`) and return their
+    metrics. `on_step(step, metrics)` returning True stops early; so does the failure clock, unless
+    `cfg.stop_on_collapse` is off (then `trainer.collapse` says why), and the time limit `cfg.max_seconds`.
+    Each step's metrics get the progress clock's `reward_gain_per_ksample`. Until stop 53 the multi-turn
+    trainer had no failure clock: an agent recipe's `collapse.*` settings were accepted and never read (a
+    review)."""
+    history: list[dict[str, float]] = []
+    t0 = time.monotonic()
+    first_reward: float | None = None
+    for s in range(1, cfg.steps + 1):
+        try:
+            m = trainer.step()
+        except RuntimeError as e:  # e.g. sampling from a policy whose weights went non-finite
+            if not non_finite_error(e):
+                raise
+            trainer.collapse = f"the step failed on non-finite values: {e}"
+            history.append({"step": s, "collapsed": 1.0, "samples": trainer.samples})
+            if on_step is not None:
+                on_step(s, history[-1])
+            break
+        m["step"] = s
+        m["wall_s"] = time.monotonic() - t0
+        if first_reward is None:
+            first_reward = m["reward"]
+        reason = trainer.clock.observe(m)
+        # the progress clock: smoothed reward gained per thousand samples paid for
+        ema = trainer.clock.ema if trainer.clock.ema is not None else m["reward"]
+        m["reward_gain_per_ksample"] = (ema - first_reward) / max(1e-9, trainer.samples / 1000)
+        if reason and trainer.collapse is None:
+            trainer.collapse = reason
+            m["collapsed"] = 1.0
+        history.append(m)
+        if on_step is not None and on_step(s, m):
+            break
+        if trainer.collapse and cfg.stop_on_collapse:
+            break
+        if cfg.max_seconds is not None and m["wall_s"] >= cfg.max_seconds:
+            break
+    return history

@@ -72,7 +72,7 @@ def topk_rkl(student: torch.Tensor, teacher: torch.Tensor, tokens: torch.Tensor,
     """KL(π_s‖π_t) over the student's top-k tokens per position, both renormalized on that set. (N, C)"""
     idx = student.detach().topk(min(top_k, student.shape[-1]), dim=-1).indices
     s = torch.log_softmax(student.gather(-1, idx), dim=-1)
-    t = torch.log_softmax(teacher.gather(-1, idx), dim=-1)
+    t = torch.log_softmax(teacher.detach().gather(-1, idx), dim=-1)  # a target, as in `sampled_rkl` (a review, stop 53)
     return (s.exp() * (s - t)).sum(-1)
 
 

@@ -8,8 +8,6 @@ clocks of §6 (batch schedule with lr scaling; the failure clock that stops a co
 from __future__ import annotations
 
 import math
-import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,7 +16,7 @@ import torch
 from evaluators.registry import Registry
 from evaluators.sources import Item, Task
 from trainers.backends import ROLLOUT_BACKENDS
-from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock
+from trainers.clocks import BatchSchedule, CollapseSettings, FailureClock, run_steps
 from trainers.core import ADVANTAGES, AGGREGATIONS, k3_kl, on_mask, overlong_penalty
 from trainers.distill import CONTEXTS, DIVERGENCES, DistillSettings, grad_cosine, teacher_log_dist
 from trainers.losses import POLICY_LOSSES, LossInputs, ProxKLSettings, proximal_kl_stats
@@ -199,13 +197,6 @@ def clipped_tokens(ratio: torch.Tensor, cfg: GRPOConfig) -> torch.Tensor:
     return clipped.float()
 
 
-def non_finite_error(e: BaseException) -> bool:
-    """Whether an error of a training step is about non-finite values (torch's sampler: "probability tensor
-    contains either `inf`, `nan` or element < 0"): a collapse, not a crash. Whole words only; until stop 25
-    any message containing "inf" or "nan" (info, inference, nanoseconds) was taken for a collapse."""
-    return re.search(r"\b(nan|inf|infinity|non-finite)\b", str(e), re.IGNORECASE) is not None
-
-
 class GRPOTrainer:
     """Trains `model` in place on prompts drawn from `mixture`, rewarded by each task's verifier."""
 
@@ -229,7 +220,6 @@ class GRPOTrainer:
         self.tokens = 0
         self.step_count = 0
         self._queue: list[Batch] = []
-        self._first_reward: float | None = None
         torch.manual_seed(config.seed)
         self.backend = ROLLOUT_BACKENDS.get(config.rollout_backend)(model, tokenizer, seed=config.seed)
 
@@ -421,35 +411,4 @@ class GRPOTrainer:
     def train(self, on_step: Callable[[int, dict[str, float]], bool | None] | None = None) -> list[dict[str, float]]:
         """Run `steps` generation batches; `on_step(step, metrics)` returning True stops early, and so
         does the failure clock (then `self.collapse` says why)."""
-        history = []
-        t0 = time.monotonic()
-        for s in range(1, self.cfg.steps + 1):
-            try:
-                m = self.step()
-            except RuntimeError as e:  # e.g. sampling from a policy whose weights went non-finite
-                if not non_finite_error(e):
-                    raise
-                self.collapse = f"the step failed on non-finite values: {e}"
-                history.append({"step": s, "collapsed": 1.0, "samples": self.samples})
-                if on_step is not None:
-                    on_step(s, history[-1])
-                break
-            m["step"] = s
-            m["wall_s"] = time.monotonic() - t0
-            if self._first_reward is None:
-                self._first_reward = m["reward"]
-            reason = self.clock.observe(m)
-            # the progress clock: smoothed reward gained per thousand samples paid for
-            ema = self.clock.ema if self.clock.ema is not None else m["reward"]
-            m["reward_gain_per_ksample"] = (ema - self._first_reward) / max(1e-9, self.samples / 1000)
-            if reason and self.collapse is None:
-                self.collapse = reason
-                m["collapsed"] = 1.0
-            history.append(m)
-            if on_step is not None and on_step(s, m):
-                break
-            if self.collapse and self.cfg.stop_on_collapse:
-                break
-            if self.cfg.max_seconds is not None and m["wall_s"] >= self.cfg.max_seconds:
-                break
-        return history
+        return run_steps(self, self.cfg, on_step)

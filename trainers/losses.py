@@ -128,9 +128,11 @@ def proximal_kl_loss(x: LossInputs, prox: ProxKLSettings | None = None, **_: obj
 
 
 def _proximal_terms(x: LossInputs, p: ProxKLSettings) -> tuple[torch.Tensor, ...]:
-    """δ (detached), the staleness ratio π_prox/μ, its weight w and the future-KL credit F, each (N, C)."""
+    """δ (detached), the staleness ratio π_prox/μ, its weight w and the future-KL credit F, each (N, C); none
+    carries a gradient (the callers pass π_prox and μ computed without one: detached here too, so that a new
+    caller's cannot flow into the weight; a review, stop 53)."""
     delta = (x.logp - x.prox_logp).detach()
-    stale = torch.exp(x.prox_logp - x.behav_logp)
+    stale = torch.exp(x.prox_logp - x.behav_logp).detach()
     w = torch.clamp(stale, max=p.c_is) * (stale <= p.c_mask).float()
     return delta, stale, w, future_kl(delta, x.mask, p.horizon, p.gamma)
 

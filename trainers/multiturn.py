@@ -12,7 +12,6 @@ action tokens; the GRPO loss of §1 (registered policy losses and aggregations) 
 from __future__ import annotations
 
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -21,7 +20,7 @@ import torch
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, end_reason, episode_metrics, resolve_action
 from trainers.algorithms import ALGORITHMS, RecipeValueError, recipe_settings
-from trainers.clocks import BatchSchedule
+from trainers.clocks import BatchSchedule, FailureClock, run_steps
 from trainers.core import ADVANTAGES, AGGREGATIONS, EPS_STD, k3_kl, on_mask
 from trainers.grpo import OPTIMIZERS, GRPOConfig
 from trainers.losses import POLICY_LOSSES, LossInputs
@@ -82,8 +81,7 @@ class MultiTurnConfig:
         unsupported = unsupported_settings(self.base) + (["mask_truncated"] if self.base.mask_truncated else [])
         if unsupported:
             problems.append(f"the multi-turn trainer plays fresh episodes for one pass per iteration and does not "
-                            f"support {', '.join(unsupported)}; leave them at their defaults (staleness 0, "
-                            "num_iterations 1, minibatches 1, distill.weight 0, dynamic_sampling and "
+                            f"support {', '.join(unsupported)}; leave them at their defaults ({DEFAULTS}, "
                             "mask_truncated off)")
         if problems:
             raise ValueError("MultiTurnConfig: " + "; ".join(problems))
@@ -91,11 +89,19 @@ class MultiTurnConfig:
 
 def unsupported_settings(base: GRPOConfig) -> list[str]:
     """The recipe keys of `base` set to what the multi-turn trainer does not do: it plays fresh episodes for
-    one pass per iteration (`MultiTurnConfig` refuses them, and `multi_turn_config` names them by key)."""
+    one pass per iteration (`MultiTurnConfig` refuses them, and `multi_turn_config` names them by key). In one
+    pass the policy ratio is 1, so a clip range does nothing: until stop 53 `eps_low`/`eps_high` were accepted,
+    and declared for `proas`, and a search spent dimensions on them (a review)."""
     return [key for key, on in (
         ("staleness", base.staleness != 0), ("num_iterations", base.num_iterations != 1),
         ("minibatches", base.minibatches != 1), ("distill.weight", base.distill.weight > 0),
-        ("dynamic_sampling", base.dynamic_sampling), ("overlong_buffer", base.overlong_buffer > 0)) if on]
+        ("dynamic_sampling", base.dynamic_sampling), ("overlong_buffer", base.overlong_buffer > 0),
+        ("eps_low", base.eps_low != GRPOConfig.eps_low), ("eps_high", base.eps_high != GRPOConfig.eps_high)) if on]
+
+
+DEFAULTS = (f"staleness 0, num_iterations 1, minibatches 1, distill.weight 0, dynamic_sampling off, overlong_buffer 0, "
+            f"eps_low {GRPOConfig.eps_low:g}, eps_high {GRPOConfig.eps_high:g}")
+"""What `unsupported_settings` expects, as the refusals say it."""
 
 
 MT_SETTINGS = ("reward", "history", "confidence", "calib_weight", "readout_steps", "readout_buffer")
@@ -370,6 +376,9 @@ class MultiTurnTrainer:
         self.samples = self.episodes = self.tokens = self.step_count = 0
         self.failures: list[str] = []
         """Reasons of episodes that ended in an environment error (logged, never fatal)."""
+        self.clock = FailureClock(c.collapse)  # the recipe's `collapse.*`, as the single-turn trainer's
+        self.collapse: str | None = None
+        """Why the failure clock fired (None while the trial is healthy)."""
         torch.manual_seed(config.base.seed)
 
     def _observe(self, st: StepInfo) -> None:
@@ -478,19 +487,9 @@ class MultiTurnTrainer:
         return loss.item(), float(gn), kl
 
     def train(self, on_step: Callable[[int, dict[str, float]], bool | None] | None = None) -> list[dict[str, float]]:
-        """Run `base.steps` iterations; `on_step(step, metrics)` returning True stops early."""
-        history = []
-        t0 = time.monotonic()
-        for s in range(1, self.cfg.base.steps + 1):
-            m = self.step()
-            m["step"] = s
-            m["wall_s"] = time.monotonic() - t0
-            history.append(m)
-            if on_step is not None and on_step(s, m):
-                break
-            if self.cfg.base.max_seconds is not None and m["wall_s"] >= self.cfg.base.max_seconds:
-                break
-        return history
+        """Run `base.steps` iterations; `on_step(step, metrics)` returning True stops early, and so does the
+        failure clock (then `self.collapse` says why)."""
+        return run_steps(self, self.cfg.base, on_step)
 
 
 def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTurnConfig:
@@ -503,11 +502,14 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
         why = (f"{algorithm} is not declared for multi-turn domains (it applies to {', '.join(sorted(regimes))}); "
                f"use one of {', '.join(n for n in ALGORITHMS.names() if 'multi_turn' in ALGORITHMS.get(n).applies_to)}")
         raise RecipeValueError(("algorithm",), f"algorithm: {why}", f"algorithm {why}")
-    unsupported = [key for key in unsupported_settings(base) if key in values]
-    if unsupported:  # by their recipe keys, so a space's fixed one is named before anything trains
+    def key(field: str) -> str:  # the recipe key that set it: `eps` sets both clip ends
+        return "eps" if field.startswith("eps_") and field not in values and "eps" in values else field
+
+    # by their recipe keys, so a space's fixed one is named before anything trains
+    unsupported = list(dict.fromkeys(key(f) for f in unsupported_settings(base) if key(f) in values))
+    if unsupported:
         detail = (f"{', '.join(unsupported)}: the multi-turn trainer plays fresh episodes for one pass per iteration "
-                  "and does not support them; leave them at their defaults (staleness 0, num_iterations 1, "
-                  "minibatches 1, distill.weight 0, dynamic_sampling off, overlong_buffer 0)")
+                  f"and does not support them; leave them at their defaults ({DEFAULTS})")
         raise RecipeValueError(tuple(unsupported), detail)
     proas = {k[len("proas."):]: v for k, v in values.items() if k.startswith("proas.")}
     known = set(ProASConfig.__dataclass_fields__)
