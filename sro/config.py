@@ -184,6 +184,20 @@ class DesignerConfig(_Strict):
     redesign_on_stall: Whole = Field(0, ge=0, description="also redesign when the hypervolume has not grown for "
                                    "this many finished trials (0: never)")
 
+    @field_validator("timeout_s", mode="before")
+    @classmethod
+    def _finite_timeout(cls, v: Any) -> Any:
+        """`timeout_s: .inf` passed here and crashed the request's wait (`Thread.join(inf)`: OverflowError, a
+        review, stop 53); `.nan` was "should be greater than 0". Checked before the number's own checks."""
+        try:
+            x = float(v)
+        except (TypeError, ValueError):  # not a number: pydantic's own check says so
+            return v
+        if not math.isfinite(x):
+            raise ValueError(f"{v} is not a finite number of seconds; give the longest wait for the endpoint's "
+                             "whole answer, e.g. 600")
+        return v
+
     @model_validator(mode="after")
     def _llm_needs_an_endpoint(self) -> DesignerConfig:
         """`kind: llm` without a base_url or a model was found minutes later, after the base model was measured,

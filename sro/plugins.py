@@ -36,6 +36,9 @@ def load_plugins(entries: list[str], base_dir: Path) -> list[str]:
     out = []
     for i, entry in enumerate(entries):
         at = f"plugins[{i}]: {entry}"
+        if not entry.strip():  # was "ValueError: Empty module name", pointing into SRO's code (a review, stop 53)
+            raise PluginError(f"plugins[{i}]: the entry is empty ({entry!r}); give a module name on the Python path "
+                              "(my_team.envs) or the path of a .py file, or remove the entry")
         if entry.endswith(".py") or "/" in entry or "\\" in entry:
             path = (base_dir / Path(entry).expanduser()).resolve()
             if not path.is_file():

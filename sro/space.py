@@ -67,6 +67,12 @@ class Param:
             if not isinstance(self.choices, list) or not self.choices:  # 'grpo, dapo' read as 12 letters
                 raise SpaceError(f"{where}: a categorical needs a non-empty `choices` list, e.g. [grpo, dapo] "
                                  f"(got {self.choices!r})")
+            # a repeated choice was sampled twice as often, and encoded at its first place only (a review, stop
+            # 53); 0 and 0.0 are one choice (`canonical`), True and 1 two (`choice_index`)
+            for i, c in enumerate(self.choices):
+                if any(c == d and isinstance(c, bool) == isinstance(d, bool) for d in self.choices[:i]):
+                    raise SpaceError(f"{where}: choice {c!r} is listed twice in {self.choices!r}; list each "
+                                     "choice once")
         elif self.kind == "bool":
             self.choices = [False, True]
         else:

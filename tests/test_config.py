@@ -445,6 +445,18 @@ def test_a_key_given_twice_a_dotted_name_and_an_infinite_reference_point_are_ref
         RecipeSpace.from_yaml("params:\n  lr: {kind: float, low: 0.1, high: 1}\n  lr: {kind: float, low: 0.2, high: 1}\n")
 
 
+def test_an_infinite_designer_timeout_and_an_empty_plugin_entry_are_refused(micro_project):
+    """A review at stop 53: `designer.timeout_s: .inf` passed, then crashed the LLM designer's wait for the answer
+    (`Thread.join(inf)`: OverflowError); `plugins: [""]` was "ValueError: Empty module name" at a line of SRO's
+    own code."""
+    for v in ("inf", "nan"):
+        msg = _err(micro_project, lambda d, v=v: d.update(designer={"timeout_s": float(v)}))
+        assert f"designer.timeout_s: {v} is not a finite number of seconds; give the longest wait" in msg, msg
+    for entry in ("", "  "):
+        msg = _err(micro_project, lambda d, e=entry: d.update(plugins=[e]))
+        assert f"plugins[0]: the entry is empty ({entry!r}); give a module name on the Python path" in msg, msg
+
+
 def test_a_yes_for_a_count_is_refused_not_read_as_one(micro_project):
     """`size: true` was a one-item benchmark and `seed: true` seed 1: pydantic's lax int takes a bool (a review,
     stop 37)."""

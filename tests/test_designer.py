@@ -366,6 +366,19 @@ def test_an_answer_in_prose_or_after_thinking_is_read():
         assert json.loads(unfenced(reply)) == GOOD, reply
 
 
+def test_a_json_answer_followed_by_an_unrelated_code_fence_is_read_as_the_json():
+    """`{...}` followed by a ```bash fence with the next command was read as the command, a wasted repair round
+    (a review, stop 53): the JSON the text starts with is the answer, and a fence that holds no JSON is passed
+    over for one that does or for the braces in the prose."""
+    body = json.dumps(GOOD)
+    for reply in (f"{body}\n\nThen run:\n```bash\nsro search q.yaml\n```",
+                  f"Run:\n```bash\nsro search q.yaml\n```\nwith this space:\n```json\n{body}\n```",
+                  f"The space: {body}\nThen:\n```bash\nsro search q.yaml\n```"):
+        assert json.loads(unfenced(reply)) == GOOD, reply
+    assert unfenced("{not json\n```bash\nls\n```").startswith("{not json")  # its own JSON error goes back
+    assert unfenced("```python\nprint(1)\n```") == "print(1)"
+
+
 def test_an_answer_cut_off_at_the_token_limit_says_so(llm, tmp_path):
     llm.script = [(json.dumps(GOOD)[:40], "length")]
     with pytest.raises(DesignerFailed, match="cut off at the server's token limit after 40 characters"):
@@ -380,6 +393,41 @@ def test_an_answer_that_searches_nothing_is_not_a_space(llm, tmp_path):
     with pytest.raises(DesignerFailed, match="searches nothing SRO can train .*dropped 'lrr'"):
         design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
     assert "searches nothing" in llm.requests[1]["body"]["messages"][-1]["content"]
+
+
+def test_an_answer_whose_every_parameter_the_review_drops_searches_nothing(llm, tmp_path):
+    """The empty-space check ran before the review dropped a knob no algorithm of the space reads: an answer
+    searching only `prox.beta_p` beside the default grpo was written as an empty space.yaml, which `sro search`
+    then refused (a review, stop 53). It is rejected with the drop, then repaired."""
+    only = json.dumps({"params": [{"name": "prox.beta_p", "kind": "float", "low": 0, "high": 1, "why": "x"}]})
+    llm.script = [only, only]
+    with pytest.raises(DesignerFailed, match="searches nothing SRO can train .*dropped 'prox.beta_p': none of the "
+                                             r"space's algorithms \(grpo\) reads it"):
+        design_llm(build_catalog(_math_project()), _llm_project(llm.url), tmp_path / "d")
+    assert "searches nothing" in llm.requests[1]["body"]["messages"][-1]["content"]
+    assert not (tmp_path / "d" / "space.yaml").exists()
+
+
+def test_a_condition_that_lists_lists_is_a_refused_answer_then_the_rules(llm, tmp_path):
+    """`"when": {"algorithm": [["dapo"]]}` was a TypeError (unhashable type: 'list') out of `sro design` and out
+    of a running search's redesign, which catches only `DesignerFailed` (a review, stop 53): it is refused with
+    the parameter named, repaired once, then the rules design (and redesign) it."""
+    from sro.designer.redesign import Evidence, redesign
+
+    bad = json.dumps({"params": [
+        {"name": "algorithm", "kind": "categorical", "choices": ["grpo", "dapo"], "why": "x"},
+        {"name": "eps_high", "kind": "float", "low": 0.1, "high": 0.2, "when": {"algorithm": [["dapo"]]}, "why": "x"}]})
+    llm.script = [bad, bad]
+    warnings: list[str] = []
+    space, _ = design_space(_llm_project(llm.url), tmp_path / "run", log=warnings.append)
+    assert space.designer == "rules" and len(llm.requests) == 2
+    repair = llm.requests[1]["body"]["messages"][-1]["content"]
+    assert "parameter 'eps_high': `when` lists [['dapo']] for 'algorithm'" in repair, repair
+    assert len(warnings) == 1 and "after one repair round" in warnings[0]
+    llm.script = [bad, bad]
+    new = redesign(space, Evidence(4, [], {}), build_catalog(_math_project()), _llm_project(llm.url),
+                   tmp_path / "run", warn=warnings.append)
+    assert new.designer == "rules" and new.version == space.version + 1 and "redesigning with the rules" in warnings[-1]
 
 
 def test_an_llm_designer_without_endpoint_or_key_is_refused_before_any_work(micro_project, tmp_path, monkeypatch):

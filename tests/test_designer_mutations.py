@@ -292,6 +292,30 @@ def test_a_busy_endpoint_is_asked_again_after_its_retry_after_capped_at_30_s(mon
     assert waits == [0.0, 0.0]
 
 
+def test_a_retry_after_outside_0_to_30_s_is_kept_to_that_range(monkeypatch):
+    """`_create`: a negative Retry-After was `time.sleep(-1)`, a ValueError reported as "a body that is not
+    JSON", and nothing was asked again (a review, stop 53). It waits 0 s; -inf 0 s, inf the 30 s cap, nan (no
+    number of seconds) 2^attempt s. Sleeps are recorded, not slept."""
+    import sro.designer.llm as llm
+
+    waits: list[float] = []
+    monkeypatch.setattr(llm.time, "sleep", waits.append)
+    client = _Client([_busy(429, "-1"), _busy(503, "-inf"), "answer"])
+    assert llm._create(client, "fake", [], {}, 5.0).choices[0].message.content == "answer"
+    assert waits == [0.0, 0.0] and client.completions.calls == 3
+    waits.clear()
+    llm._create(_Client([_busy(429, "inf"), _busy(429, "nan"), "answer"]), "fake", [], {}, 5.0)
+    assert waits == [30.0, 2.0]
+
+
+def test_a_wait_longer_than_a_thread_can_wait_is_no_overflow():
+    """`_within`: `Thread.join` takes at most `threading.TIMEOUT_MAX` s; a designer.timeout_s of 1e10 s was an
+    OverflowError out of the request (a review, stop 53)."""
+    from sro.designer.llm import _within
+
+    assert _within(_Client([]), 1e10, lambda: "answer") == "answer"
+
+
 def test_an_answer_whose_content_is_not_text_is_refused_and_text_parts_are_read():
     """`_ask`: content given as text parts (`[{"type": "text", "text": ...}]`, as some OpenAI-compatible servers
     answer) is their joined text; content of another type (a JSON object, a number) or empty is a

@@ -247,6 +247,18 @@ def test_a_malformed_space_yaml_is_named_not_a_traceback_or_a_wrong_space(text, 
         RecipeSpace.from_yaml(text)
 
 
+def test_a_choice_listed_twice_is_refused_with_its_name():
+    """`choices: [grpo, grpo, dapo]` sampled grpo twice as often as dapo, and encoded it at its first place only
+    (a review, stop 53): refused, naming the parameter and the repeat. 0 and 0.0 are one choice (`canonical`
+    gives the space's own), True and 1 two (`choice_index` tells them apart)."""
+    with pytest.raises(SpaceError, match=re.escape("parameter 'algorithm': choice 'grpo' is listed twice in "
+                                                   "['grpo', 'grpo', 'dapo']; list each choice once")):
+        RecipeSpace.from_yaml("params: {algorithm: {kind: categorical, choices: [grpo, grpo, dapo]}}\n")
+    with pytest.raises(SpaceError, match=re.escape("parameter 'lr_alpha': choice 0.0 is listed twice")):
+        Param("lr_alpha", "categorical", choices=[0, 0.5, 0.0])
+    assert Param("flag", "categorical", choices=[True, 1]).choices == [True, 1]
+
+
 # ---------- edges no test pinned (mutation testing, stop 38: each change below passed every test) ----------
 
 def test_a_log_range_decodes_its_top_exactly_and_refuses_a_low_of_zero():

@@ -116,6 +116,13 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig,
             raise ValueError(f"{what} names unknown algorithm(s) {bad}{why}; known here: {sorted(algos)}")
 
     for pa in answer.params:
+        # a condition's values are plain values: `"when": {"algorithm": [["dapo"]]}` was a TypeError out of
+        # design and out of a running search's redesign, never a repair round (a review, stop 53)
+        for parent, want in (pa.when or {}).items():
+            bad = [v for v in want if not _hashable(v)]
+            if bad:
+                raise ValueError(f"parameter {pa.name!r}: `when` lists {bad} for {parent!r}; list the parent's values "
+                                 'themselves (text, numbers, true or false), e.g. "when": {"algorithm": ["dapo"]}')
         if pa.name == "algorithm":
             if pa.kind != "categorical":
                 raise ValueError(f"parameter 'algorithm' must be kind categorical with catalog algorithms as its "
@@ -164,10 +171,6 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig,
             params.append(Param(pa.name, pa.kind, low, high, pa.log and (low or 0) > 0, choices, pa.when, pa.why))
         except SpaceError as e:
             raise ValueError(str(e)) from None
-    if not params and not answer.simplexes:  # an empty space was accepted as the llm's design (a review, stop 37)
-        dropped = [n for n in notes if n.startswith("dropped '")]
-        raise ValueError("the answer searches nothing SRO can train" + (f" ({'; '.join(dropped)})" if dropped else "")
-                         + f"; search parameters the catalog declares, by its names: {sorted(known)[:12]} ...")
     fixed = {}
     for key, v in answer.fixed.items():
         if key == "algorithm":
@@ -195,6 +198,11 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig,
     if both:  # the searched value won silently
         raise ValueError(f"{', '.join(both)}: both searched (params) and fixed; keep one of the two")
     params = _settle_conditions(params, fixed, notes)
+    if not params and not answer.simplexes:  # an empty space was accepted as the llm's design (a review, stop 37);
+        # checked after the drops above: `prox.beta_p` beside grpo alone was written as an empty space (stop 53)
+        dropped = [n for n in notes if n.startswith("dropped '")]
+        raise ValueError("the answer searches nothing SRO can train" + (f" ({'; '.join(dropped)})" if dropped else "")
+                         + f"; search parameters the catalog declares, by its names: {sorted(known)[:12]} ...")
     members_ok = {MIX_PREFIX + d for d in project.domains} | {
         f"{SOURCE_PREFIX}{d}.{i}" for d, dom in project.domains.items() for i in range(len(dom.sources))}
     simplexes = []
@@ -413,7 +421,7 @@ def _within(client, seconds: float, call):
 
     worker = threading.Thread(target=run, name="sro-designer-request", daemon=True)
     worker.start()
-    worker.join(seconds)
+    worker.join(min(seconds, threading.TIMEOUT_MAX))  # a longer wait (1e10 s) is an OverflowError (stop 53)
     if worker.is_alive():
         client.close()
         raise _Deadline
@@ -437,11 +445,18 @@ def _create(client, model: str, messages: list[dict[str, str]], shape: dict[str,
             if attempt == attempts - 1:
                 raise
             after = e.response.headers.get("retry-after") if e.response is not None else None
-            try:
-                wait = min(30.0, float(after)) if after else 2.0 ** attempt
-            except ValueError:
-                wait = 2.0 ** attempt
-            time.sleep(wait)
+            time.sleep(_retry_wait(after, attempt))
+
+
+def _retry_wait(after: str | None, attempt: int) -> float:
+    """Seconds to wait before asking again: the server's Retry-After kept to [0, 30] s (a negative one was
+    `time.sleep(-1)`, a ValueError reported as "a body that is not JSON": a review, stop 53), 2^attempt s
+    without one or for one that is no number of seconds (an HTTP date, nan)."""
+    try:
+        wait = float(after) if after else math.nan
+    except ValueError:
+        wait = math.nan
+    return 2.0 ** attempt if math.isnan(wait) else min(30.0, max(0.0, wait))
 
 
 def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
@@ -490,16 +505,26 @@ def _ask(client, project: ProjectConfig, messages: list[dict[str, str]]) -> str:
 
 
 def unfenced(content: str) -> str:
-    """The JSON of an answer: without a reasoning model's `<think>...</think>`, the inside of the first
-    Markdown code fence wherever it is ("Here is the space:\\n```json ..."), else from the first `{` to the
-    last `}` when prose surrounds it (each of these fell back to the rules until stop 37)."""
+    """The JSON of an answer: without a reasoning model's `<think>...</think>`, the JSON value the text starts
+    with, else the inside of the first Markdown code fence that holds JSON wherever it is ("Here is the
+    space:\\n```json ..."), else from the first `{` to the last `}` when prose surrounds it, else the first
+    fence or the text itself (each of these fell back to the rules until stop 37). A JSON object followed by an
+    unrelated fence (```bash sro search ...```) was read as the fence's command, a wasted repair round (a review,
+    stop 53)."""
     text = re.sub(r"<think>.*?</think>", "", content, flags=re.S).strip()
-    fence = re.search(r"```[a-zA-Z0-9_-]*\s*\n(.*?)(?:```|$)", text, flags=re.S)
-    if fence:
-        return fence.group(1).strip()
-    if not text.startswith(("{", "[")) and "{" in text and "}" in text:
+    starts = text.startswith(("{", "["))
+    if starts:
+        try:
+            return text[: json.JSONDecoder().raw_decode(text)[1]]
+        except (ValueError, RecursionError):  # malformed, or nested too deeply: `_parse` says which
+            pass
+    fences = [f.strip() for f in re.findall(r"```[a-zA-Z0-9_-]*\s*\n(.*?)(?:```|$)", text, flags=re.S)]
+    json_fence = next((f for f in fences if f.startswith(("{", "["))), None)
+    if json_fence is not None:
+        return json_fence
+    if not starts and "{" in text and "}" in text:
         return text[text.index("{"): text.rindex("}") + 1]
-    return text
+    return fences[0] if fences and not starts else text  # malformed JSON first: its own error goes back
 
 
 def carried(space: RecipeSpace, evidence: dict[str, Any] | None) -> dict[str, Any]:
