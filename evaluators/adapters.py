@@ -167,9 +167,9 @@ class EnvTask(GameTask):
         self._code = code_digest(self.factory)
         self._signatures: dict[int, str] = {}
 
-    def open_game(self, seed: int) -> TextEnv:
-        return Guarded(lambda: self.factory(seed, self.env_settings, **self.settings), self.spec.target, seed,
-                       self.env_settings)
+    def open_game(self, seed: int, settings: EnvSettings | None = None) -> TextEnv:
+        shown = settings or self.env_settings
+        return Guarded(lambda: self.factory(seed, shown, **self.settings), self.spec.target, seed, shown)
 
     def pool_file(self, seed: int) -> Path | None:
         if self._code is None:  # a factory without a source file (built at run time): walks in memory only

@@ -8,9 +8,14 @@ import uuid
 from pathlib import Path
 
 
+def unique_tag() -> str:
+    """A tag for a temporary file name that no other writer uses: the pid and a random part (workers of two
+    containers sharing a folder can both be pid 1). No dot, so `Path.with_suffix` keeps it."""
+    return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
 def write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (a per-process temporary file beside it, then `os.replace`)."""
-    # the pid and a random part: workers of two containers sharing a folder can both be pid 1
-    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    """Write `text` to `path` atomically (a temporary file of this writer beside it, then `os.replace`)."""
+    tmp = path.with_name(f"{path.name}.tmp{unique_tag()}")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -24,16 +24,18 @@ from pathlib import Path
 from typing import Any
 
 from evaluators.envs import EnvSettings, StepInfo, TextEnv, resolve_action
+from evaluators.files import unique_tag
 from evaluators.games import (ITEMS_PER_GAME, PLAY_KEYS, GameGenerationError, GameTask, first_screen_signature,
                               number_setting)
 from evaluators.registry import Registry
 from evaluators.sources import SourceSpec, SourceSpecError
 
 GAME_VERSION = 1  # bump when generation or the item pool changes, so caches rebuild
-RENDER_VERSION = 3
-"""Of the compact rendering, in the item pools' file names: 2 since stop 25 (a goal for treasure hunters and
-cooking games, closed containers' contents hidden; a coin collector's rendering is unchanged), 3 with locked
-containers hidden too."""
+RENDER_VERSION = 4
+"""Of the renderings, in the item pools' file names: 2 since stop 25 (a goal for treasure hunters and cooking
+games, closed containers' contents hidden; a coin collector's rendering is unchanged), 3 with locked containers
+hidden too, 4 since stop 53 (the full text without the game's objective, the compact goal instead; the compact
+rendering is unchanged)."""
 _REVERSE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up"}
 
 
@@ -61,7 +63,8 @@ FAMILIES.add("cooking", Family("tw-cooking", {"recipe": 1, "take": 1, "go": 1, "
                                "gather and prepare a recipe's ingredients (First TextWorld Problems)"))
 
 def game_settings(family: str, config: dict[str, Any]) -> dict[str, Any]:
-    """The generator settings of a source config (its non-SRO keys over the family's defaults)."""
+    """The generator settings of a source config (its non-SRO keys over the family's defaults), a whole
+    number written as a float (`level: 3.0`) as the integer an integer setting takes."""
     fam: Family = FAMILIES.get(family)
     out = dict(fam.defaults)
     for k, v in config.items():
@@ -70,8 +73,19 @@ def game_settings(family: str, config: dict[str, Any]) -> dict[str, Any]:
         if k not in fam.defaults:
             raise SourceSpecError(f"textworld {family} has no setting {k!r}; its settings: "
                                   f"{', '.join([*fam.defaults, *PLAY_KEYS])}", f"config.{k}")
-        out[k] = v
+        # 3.0 is 3: it passed the check, then the generator failed five times on the float naming no setting,
+        # and it was another cache key than 3 (a review, stop 53); 2.5 is refused by `check_textworld`
+        out[k] = int(v) if _takes_integers(SETTINGS_RULES.get(family, {}).get(k)) and _whole_float(v) else v
     return out
+
+
+def _takes_integers(rule: Any) -> bool:
+    """Whether a `SETTINGS_RULES` rule is an integer range or a set of integers."""
+    return isinstance(rule, tuple) or isinstance(rule, set) and all(type(x) is int for x in rule)
+
+
+def _whole_float(v: Any) -> bool:
+    return isinstance(v, float) and v.is_integer()
 
 
 def ensure_game(family: str, settings: dict[str, Any], seed: int, cache_dir: Path | None = None) -> Path:
@@ -88,7 +102,9 @@ def ensure_game(family: str, settings: dict[str, Any], seed: int, cache_dir: Pat
 
     folder.mkdir(parents=True, exist_ok=True)
     last: Exception | None = None
-    tmp = folder / f"{key}.tmp{os.getpid()}.z8"
+    # this writer's own name: with the pid alone, two pid-1 containers sharing a cache deleted each other's
+    # files in the `finally` below (a review, stop 53)
+    tmp = folder / f"{key}.tmp{unique_tag()}.z8"
     try:
         for attempt in range(5):  # some seeds admit no quest of the asked length; the next seed usually does
             opts = GameOptions()
@@ -105,7 +121,7 @@ def ensure_game(family: str, settings: dict[str, Any], seed: int, cache_dir: Pat
             os.replace(tmp, path)
             return path
     finally:  # the Inform 7 source and a failed attempt's files (until stop 25 one `.ni` per game was left)
-        for f in folder.glob(f"{key}.tmp{os.getpid()}.*"):
+        for f in folder.glob(f"{tmp.stem}.*"):
             f.unlink(missing_ok=True)
     raise GameGenerationError(f"textworld {family} {settings} seed {seed}: {last}")
 
@@ -228,7 +244,8 @@ class TextWorldEnv(TextEnv):
     """One compiled TextWorld game behind the `TextEnv` interface.
 
     The observation is the compact rendering (`obs_mode: compact`, read from the game state's facts
-    by textworld's Python logic engine) or the game's own text (`full`, from the compiled game).
+    by textworld's Python logic engine) or the game's own text (`full`, from the compiled game) less its
+    objective, with the compact rendering's goal (`game_goal`) and the admissible commands.
     An inadmissible command is passed to the game (which answers, e.g., "That's not a verb I
     recognise") and costs a step; `StepInfo.valid` is False for it.
     """
@@ -241,6 +258,7 @@ class TextWorldEnv(TextEnv):
         self._back: str | None = None
         self._last: StepInfo | None = None
         self._goal: str | None = None
+        self._objective = ""
 
     def _render(self, gs, valid: bool) -> tuple[str, StepInfo]:
         choices = sorted(gs.admissible_commands or [])
@@ -252,15 +270,16 @@ class TextWorldEnv(TextEnv):
             hold = _carrying(gs.inventory)
             seen = sorted({c.split(" ", 1)[1] for c in choices if c.startswith(("take ", "examine "))
                            and c.split(" ", 1)[1] not in hold})
-        full = "" if compact else (gs.feedback or "").strip()
+        full = "" if compact else (gs.feedback or "").replace(self._objective, "").strip()
         detail = _state_detail(gs.facts, room, seen) if gs.facts else ""
         key = f"{self.game_id}:{room}|see:{','.join(seen)}|hold:{hold}{detail}"
         info = StepInfo(admissible=choices, state_key=key, valid=valid, won=bool(gs.won), lost=bool(gs.lost),
                         score=float(gs.score or 0), max_score=float(gs.max_score or 1),
                         walkthrough=list(gs.policy_commands or []), full_text=full)
-        obs = (compact_observation(room, self._back, seen, hold, choices, self._goal) if compact
-               else full + "\n\nAdmissible commands: " + ", ".join(choices))
-        return obs, info
+        if compact:
+            return compact_observation(room, self._back, seen, hold, choices, self._goal), info
+        goal = f"\n\ngoal: {self._goal}" if self._goal else ""
+        return f"{full}{goal}\n\nAdmissible commands: {', '.join(choices)}", info
 
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[str, dict[str, Any]]:
         import textworld
@@ -271,8 +290,12 @@ class TextWorldEnv(TextEnv):
             full = self.settings.obs_mode == "full"
             path = self.path if full else str(Path(self.path).with_suffix(".json"))
             self._env = textworld.start(path, _request_infos(full))
-            self._goal = None if full else game_goal(path)  # full text states the objective itself
+            self._goal = game_goal(Path(self.path).with_suffix(".json"))
         gs = self._env.reset()
+        # the full text without the game's objective, shown at reset and on `goal`: a coin collector's and a
+        # treasure hunter's is the walkthrough in prose ("head west ... recover the coin"); it shows the
+        # compact line's goal instead (a review, stop 53)
+        self._objective = (gs.objective or "").strip() if self.settings.obs_mode == "full" else ""
         self.steps = 0
         self._back = None
         obs, self._last = self._render(gs, True)
@@ -315,8 +338,8 @@ class TextWorldTask(GameTask):
     def _path(self, seed: int) -> Path:
         return ensure_game(self.spec.target, self.settings, seed, self.cache_dir)
 
-    def open_game(self, seed: int) -> TextWorldEnv:
-        return TextWorldEnv(self._path(seed), self.env_settings, game_id=f"{self.spec.target}-{seed}")
+    def open_game(self, seed: int, settings: EnvSettings | None = None) -> TextWorldEnv:
+        return TextWorldEnv(self._path(seed), settings or self.env_settings, game_id=f"{self.spec.target}-{seed}")
 
     def signature(self, seed: int) -> str:
         return game_signature(self._path(seed))

@@ -132,6 +132,33 @@ def test_an_env_sources_items_are_steps_of_sibling_games_and_its_games_avoid_the
         tight.signatures()
 
 
+def test_held_out_games_are_kept_out_whatever_the_obs_mode_and_step_limit(register):
+    """A game's signature is its first screen under fixed settings (`SIGNATURE_SETTINGS`), so a source and a
+    benchmark that differ in `obs_mode` and `max_steps` keep apart the games of an adapter that renders full mode
+    otherwise (until stop 53 each rendered with its own: no held-out game matched, and training played them: a
+    review)."""
+    corridor = ENVIRONMENTS.get("corridor")
+
+    class Verbose(corridor):
+        def _render(self, valid, won=False):
+            obs, info = super()._render(valid, won)
+            return (f"[full] {obs}" if self.settings.obs_mode == "full" else obs), info
+
+    register("verbose_corridor", Verbose)
+    def spec(**play):
+        return SourceSpec("env", "verbose_corridor", {"length": 2, "doors": 3, "games": 4, **play})
+
+    held = make_task(spec(obs_mode="full", max_steps=3), derive_seed(0, "heldout", "c", "b"))
+    train = make_task(spec(max_steps=6), derive_seed(0, "train", "c", 0))
+    assert held.make_env(0).reset()[0].startswith("[full] You are in hall 1")
+    assert held.signature(7) == train.signature(7)
+    route = lambda t, g: tuple(corridor(t.played_seed(g), EnvSettings(), length=2, doors=3).right)  # noqa: E731
+    held_routes = {route(held, g) for g in range(4)}
+    assert {route(train, g) for g in range(4)} & held_routes  # a held-out game among the training seeds' games
+    train.keep_out(held.signatures())
+    assert not {route(train, g) for g in range(4)} & held_routes and train.replaced
+
+
 def test_with_confidence_every_fourth_item_asks_for_the_chance_of_success():
     """`confidence: true`: items 3, 7, 11, ... (`CONFIDENCE_EVERY`) ask for a 0-9 chance of success at a step
     1 to max_steps, any digit the answer (the format, not the calibration), scored 1 for a stated digit; the

@@ -186,6 +186,35 @@ def test_a_dataset_source_reads_local_files_and_a_dataset_folder_through_dataset
             check_source_spec(spec)
 
 
+@pytest.mark.parametrize("name, text", [("header.csv", "question,answer\n"), ("empty.jsonl", ""),
+                                        ("empty.json", "[]")])
+def test_an_empty_dataset_is_told_it_has_no_rows(tmp_path, name, text):
+    """Said before the columns are checked (until stop 53 a header-only CSV with the right columns was told to
+    fix its columns, and an empty .jsonl or `[]` too: a review)."""
+    from evaluators.sources import SourceSpecError, check_source_spec
+
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SourceSpecError) as e:
+        check_source_spec(SourceSpec("dataset", str(path)))
+    assert str(e.value) == (f"dataset {str(path)!r} (split 'train') has no rows; give it (question, answer) rows, "
+                            "or read another split (config.split)") and e.value.field == "dataset"
+
+
+def test_a_generator_value_of_another_kind_than_its_default_is_named():
+    """A generator that fails on a value of the wrong kind (`min_terms: "two"`: "'>' not supported between
+    instances of 'str' and 'int'") names that key (until stop 53 the field was `config`: a review); where no
+    single value is of another kind, the field stays `config`."""
+    from evaluators.sources import SourceSpecError, check_source_spec
+
+    for config, field, says in (
+            ({"min_terms": "two"}, "config.min_terms", "(config.min_terms is 'two', its default 2)"),
+            ({"min_terms": 5, "max_terms": 2}, "config", "max_terms must be >= min_terms")):
+        with pytest.raises(SourceSpecError, match="basic_arithmetic rejects this config") as e:
+            check_source_spec(SourceSpec("reasoning_gym", "basic_arithmetic", config))
+        assert e.value.field == field and says in str(e.value)
+
+
 def test_a_dataset_is_read_once_per_process_until_its_file_changes(tmp_path, monkeypatch):
     """The config check, the source's task and a benchmark of one dataset read it through `datasets` once
     (until stop 32 once each); a file rewritten with other rows, even within one mtime tick, is read anew."""

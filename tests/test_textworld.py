@@ -81,6 +81,41 @@ def test_full_text_mode_and_number_choices(task):
     env.close()
 
 
+def _objective(path: Path) -> str:
+    """The game's own objective, as textworld states it at the start."""
+    import textworld
+
+    env = textworld.start(str(path), textworld.EnvInfos(objective=True))
+    try:
+        return env.reset().objective
+    finally:
+        env.close()
+
+
+def test_full_mode_shows_the_game_text_without_its_objective_and_with_the_compact_goal(task):
+    """A coin collector's objective is its walkthrough in prose ("head west ... recover the coin"): full mode
+    shows the game's text without it, at reset and when the policy asks `goal`, and states the goal as the
+    compact line does (a treasure hunter's target; a coin collector's none). Until stop 53 the full reset text
+    showed the policy the solution (a review)."""
+    from evaluators.textworld_env import ensure_game, game_goal, game_settings
+
+    game = task.game_path(0)
+    env = TextWorldEnv(game, EnvSettings(max_steps=3, obs_mode="full"))
+    obs, info = env.reset()
+    walk, told = info["step"].walkthrough, _objective(game)
+    assert len(walk) >= 2 and walk[-1] == "take coin" and "coin" in told  # the coin lies in another room
+    assert "-= " in obs and "Admissible commands:" in obs and "goal:" not in obs
+    assert told not in obs and "coin" not in obs.lower() and "coin" not in info["step"].full_text.lower()
+    asked, *_ = env.step("goal")  # the game's own command that prints the objective
+    assert "coin" not in asked.lower()
+    env.close()
+    th = ensure_game("treasure_hunter", game_settings("treasure_hunter", {"level": 1}), 1_000_000_007)
+    env = TextWorldEnv(th, EnvSettings(max_steps=3, obs_mode="full"))
+    obs, _ = env.reset()
+    env.close()
+    assert _objective(th) not in obs and f"\n\ngoal: {game_goal(th.with_suffix('.json'))}\n\nAdmissible" in obs
+
+
 def test_items_are_walkthrough_steps_with_teacher_noise(task):
     items = task.items(40)
     assert all(it.question.startswith("room: ") for it in items)
@@ -137,8 +172,9 @@ def test_bad_textworld_specs_name_the_key():
     with pytest.raises(SourceSpecError, match="no setting 'levle'") as e:
         check_source_spec(SourceSpec("textworld", "coin_collector", {"levle": 3}))
     assert e.value.field == "config.levle"
-    with pytest.raises(SourceSpecError, match="obs_mode"):
+    with pytest.raises(SourceSpecError, match="obs_mode") as e:
         check_source_spec(SourceSpec("textworld", "coin_collector", {"obs_mode": "huge"}))
+    assert e.value.field == "config.obs_mode"  # `config` until stop 53 (a review)
     check_source_spec(SourceSpec("textworld", "coin_collector", {"confidence": 1}))  # 0/1 as mt.confidence takes
 
 
@@ -152,6 +188,7 @@ def test_bad_textworld_specs_name_the_key():
     ("coin_collector", {"teacher_noise": "high"}, "teacher_noise must be a number in [0, 1]"),
     ("coin_collector", {"teacher_noise": 1.5}, "teacher_noise must be a number in [0, 1] (got 1.5)"),
     ("coin_collector", {"max_steps": 2.5}, "max_steps must be an integer >= 1"),
+    ("coin_collector", {"level": 2.5}, "level must be an integer in [1, 300] (got 2.5)"),
     ("coin_collector", {"confidence": "no"}, "confidence must be true or false (got 'no')"),
     ("coin_collector", {"confidence": 2}, "confidence must be true or false (got 2)"),
     ("coin_collector", {"teacher_noise": float("nan")}, "teacher_noise must be a number in [0, 1] (got nan)"),
@@ -163,6 +200,40 @@ def test_settings_the_generator_would_refuse_are_config_errors(family, config, n
     with pytest.raises(SourceSpecError) as e:
         check_source_spec(SourceSpec("textworld", family, config))
     assert needle in str(e.value) and e.value.field == f"config.{next(iter(config))}"
+
+
+def test_a_whole_number_written_as_a_float_is_that_integer_setting(task):
+    """`level: 2.0` is level 2: the same game and cache file (until stop 53 it passed the check, then the
+    generator failed five times on "'float' object cannot be interpreted as an integer", naming no setting, and
+    it was another cache key than 2: a review). A set of integers takes it too; 2.5 is refused (above)."""
+    from evaluators.textworld_env import game_settings
+
+    as_float = TextWorldTask(SourceSpec("textworld", "coin_collector", {**SPEC.config, "level": 2.0}), task.seed)
+    check_source_spec(as_float.spec)
+    assert type(as_float.settings["level"]) is int and as_float.game_path(0) == task.game_path(0)
+    assert type(game_settings("cooking", {"go": 6.0})["go"]) is int
+    assert game_settings("cooking", {"split": "valid"})["split"] == "valid"
+
+
+def test_generating_a_game_leaves_another_writers_files_alone(tmp_path, monkeypatch):
+    """Workers of two containers sharing a cache can both be pid 1: a game's temporary files carry a random part
+    too, so one writer's clean-up never deletes the other's (until stop 53 it deleted `<key>.tmp<pid>.*`, the
+    other's files: a review)."""
+    import os
+
+    from evaluators.textworld_env import ensure_game, game_settings
+
+    settings = game_settings("coin_collector", {"level": 1})
+    path = ensure_game("coin_collector", settings, 5, tmp_path)
+    path.unlink()
+    path.with_suffix(".json").unlink()
+    monkeypatch.setattr(os, "getpid", lambda: 1)
+    others = [path.with_name(f"{path.stem}.tmp{tag}{ext}") for tag in ("1", "1-0123abcd") for ext in (".z8", ".json")]
+    for f in others:  # files of a pid-1 writer mid-generation, named as before stop 53 and since
+        f.write_text("another writer's")
+    assert ensure_game("coin_collector", settings, 5, tmp_path) == path and path.with_suffix(".json").is_file()
+    assert all(f.read_text() == "another writer's" for f in others)
+    assert sorted(f for f in path.parent.iterdir() if ".tmp" in f.name) == sorted(others)  # none of its own left
 
 
 def test_the_env_passes_gymnasiums_own_checker(task):
