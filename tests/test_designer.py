@@ -928,6 +928,32 @@ def test_max_len_range_reaches_every_sources_longest_question():
     assert max_len(source(100, 120, 130)) is None  # no source varies: nothing to cut
 
 
+def test_a_dimension_added_since_a_trial_ran_reads_the_trainers_default_for_it():
+    """A redesign that adds `eps_low` (an LLM's, which the prompt invites): the earlier trials ran at the trainer's
+    default 0.2 and stay in the evidence where the new range holds it, stating it among their values; until stop
+    53 they lacked the key and fitted no such space (a review: 1 of 4 trials kept). A fixed setting a trial did not
+    set is its default too: fixed elsewhere, the trial is no point of the space."""
+    from sro.designer.redesign import in_space
+    from sro.ledger import TrialRecord
+
+    lr = Param("lr", "float", 1e-4, 1e-2, log=True, rationale="lr")
+    recs = [TrialRecord(i, "complete", Recipe({"lr": x}, {"algorithm": a}), {"a/b": 0.5}, {"wall_s": 1.0})
+            for i, (x, a) in enumerate(((1e-3, "grpo"), (2e-3, "dapo"), (3e-3, "proas")))]
+    wide = RecipeSpace([lr, Param("eps_high", "float", 0.1, 0.3, rationale="clip")], fixed={})
+    kept = in_space(wide, recs)
+    assert [r.recipe.values["eps_high"] for r in kept] == [0.2, 0.28, 0.2]  # dapo's own default
+    assert [r.recipe.values["lr"] for r in kept] == [1e-3, 2e-3, 3e-3]
+    assert not in_space(RecipeSpace([lr, Param("eps_high", "float", 0.25, 0.3, rationale="c")]), recs[:1])
+    shaped = RecipeSpace([lr, Param("proas.lam", "float", 0.0, 1.0, rationale="l"),
+                          Param("mt.history", "int", 0, 2, rationale="h")], fixed={"algorithm": "proas"})
+    (r,) = in_space(shaped, recs)
+    assert r.number == 2 and r.recipe.values == {"lr": 3e-3, "proas.lam": 0.5, "mt.history": 0}
+    # a setting nothing defaults (a mixture weight) still leaves the trial out, as before
+    assert not in_space(RecipeSpace([lr, Param("mix.a", "float", 0.0, 1.0, rationale="m")]), recs)
+    assert fits(RecipeSpace([lr], fixed={"temperature": 1.0}), recs[0].recipe)
+    assert not fits(RecipeSpace([lr], fixed={"temperature": 0.7}), recs[0].recipe)
+
+
 def test_a_setting_an_earlier_version_fixed_and_this_one_searches_keeps_its_trials(tmp_path):
     """v1 fixes `pack: false`; v2 searches it. The v1 trials are points of v2 (`fits` reads the settings
     they ran with) and reach the optimizer with `pack` among their values and their keys unchanged, so

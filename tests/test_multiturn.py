@@ -689,6 +689,15 @@ def test_multi_turn_config_from_recipe_values():
         multi_turn_config("grpo", GRPOConfig(eps_low=0.3, eps_high=0.3), {"eps": 0.3})
     assert multi_turn_config("grpo", GRPOConfig(eps_high=0.2), {"eps_high": 0.2}).base.eps_high == 0.2  # the default
     assert not {"eps_low", "eps_high"} & {k.name for k in ALGORITHMS.get("proas").knobs}
+    # nor does the designer's catalog offer an agent project the knobs its trainer refuses
+    from trainers.algorithms import catalog
+
+    def knobs(multi_turn: bool) -> set[str]:
+        return {k["name"] for a in catalog(multi_turn) if a["name"] == "grpo" for k in a["knobs"]}
+
+    refused = {"eps_low", "eps_high", "staleness", "num_iterations", "minibatches", "dynamic_sampling"}
+    assert refused <= knobs(False) and not (refused | {"distill.weight", "distill.teacher"}) & knobs(True)
+    assert {"lr", "group_size", "batch_multiplier", "scale_rewards"} <= knobs(True)
     # an algorithm not declared for multi-turn domains: Proximal KL over one pass of fresh episodes has
     # μ = π_prox = π_θ, i.e. it would be plain REINFORCE with its prox.* knobs doing nothing
     with pytest.raises(ValueError, match="algorithm proximal_kl is not declared for multi-turn domains"):

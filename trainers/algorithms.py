@@ -309,9 +309,59 @@ def check_types(cls: type, got: dict[str, Any], origin: dict[str, str]) -> None:
             got[f] = checked_value(origin.get(f, f), v, want)
 
 
-def catalog() -> list[dict[str, Any]]:
-    """Every algorithm as plain data (for the designer's catalog)."""
-    return [ALGORITHMS.get(n).as_dict() for n in ALGORITHMS.names()]
+NOT_SET = object()
+"""`default_setting`'s answer for a key whose value a recipe without it trains with is not the trainer's to say."""
+
+RUNTIME_KEYS = frozenset({"seed", "max_seconds", "rollout_backend"})
+"""Trainer config fields a trial gets from its project and its budget, not from a trainer default."""
+
+
+def default_setting(key: str, values: dict[str, Any]) -> Any:
+    """The value a recipe of `values` that does not set recipe key `key` trains with: the trainer's default
+    for it, as `config_for` makes the recipe's algorithm's config (an algorithm's own, e.g. dapo's eps_high
+    0.28; `eps` for both clip ends), of the nested settings (`prox.`, `distill.`, `collapse.`), of ProAS
+    (`proas.`), of the multi-turn settings (`mt.`) and of the SFT stage (`sft.`). `NOT_SET` for every other key
+    (mixture and source weights, processing operators, `RUNTIME_KEYS`) and for values `config_for` refuses."""
+    prefix, _, rest = key.partition(".")
+    if key in RUNTIME_KEYS or key in values:
+        return NOT_SET
+    if prefix == "sft" and rest:
+        return next((f.default for f in fields(SFTConfig) if f.name == rest), NOT_SET)
+    if prefix in ("proas", "mt") and rest:
+        from trainers.multiturn import MT_SETTINGS, MultiTurnConfig  # the multi-turn trainer imports this module
+        from trainers.proas import ProASConfig
+
+        cls, names = (ProASConfig, None) if prefix == "proas" else (MultiTurnConfig, MT_SETTINGS)
+        return next((f.default for f in fields(cls) if f.name == rest and (names is None or rest in names)), NOT_SET)
+    try:
+        cfg = config_for(str(values.get("algorithm", "grpo")), values)
+    except (KeyError, ValueError, TypeError):
+        return NOT_SET
+    top = {f.name for f in fields(GRPOConfig)}
+    if key in top and key not in NESTED:
+        return getattr(cfg, key)
+    if prefix in NESTED and rest in {f.name for f in fields(NESTED[prefix])}:
+        return getattr(getattr(cfg, prefix), rest)
+    return NOT_SET
+
+
+ONE_PASS = ("staleness", "num_iterations", "minibatches", "distill.weight", "dynamic_sampling", "overlong_buffer",
+            "eps_low", "eps_high")
+"""Recipe keys the multi-turn trainer refuses away from their defaults (`multiturn.unsupported_settings`): it
+plays fresh episodes for one pass per iteration, so there is no reuse, distillation or resampling, and the policy
+ratio is 1 (a clip range does nothing)."""
+
+
+def catalog(multi_turn: bool = False) -> list[dict[str, Any]]:
+    """Every algorithm as plain data (for the designer's catalog); for a `multi_turn` project without the knobs
+    its trainer refuses (`ONE_PASS`, and self-distillation's, which only `distill.weight` turns on): until stop 53
+    an LLM was offered them, and a space searching one was refused or searched a dimension that does nothing."""
+    out = [ALGORITHMS.get(n).as_dict() for n in ALGORITHMS.names()]
+    if multi_turn:
+        groups = tuple(k.partition(".")[0] + "." for k in ONE_PASS if "." in k)  # distill.*
+        for a in out:
+            a["knobs"] = [k for k in a["knobs"] if k["name"] not in ONE_PASS and not k["name"].startswith(groups)]
+    return out
 
 
 @dataclass(frozen=True)

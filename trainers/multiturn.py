@@ -19,7 +19,7 @@ import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, end_reason, episode_metrics, resolve_action
-from trainers.algorithms import ALGORITHMS, RecipeValueError, recipe_settings
+from trainers.algorithms import ALGORITHMS, ONE_PASS, RecipeValueError, recipe_settings
 from trainers.clocks import BatchSchedule, FailureClock, run_steps
 from trainers.core import ADVANTAGES, AGGREGATIONS, EPS_STD, k3_kl, on_mask
 from trainers.grpo import OPTIMIZERS, GRPOConfig
@@ -92,15 +92,16 @@ def unsupported_settings(base: GRPOConfig) -> list[str]:
     one pass per iteration (`MultiTurnConfig` refuses them, and `multi_turn_config` names them by key). In one
     pass the policy ratio is 1, so a clip range does nothing: until stop 53 `eps_low`/`eps_high` were accepted,
     and declared for `proas`, and a search spent dimensions on them (a review)."""
-    return [key for key, on in (
-        ("staleness", base.staleness != 0), ("num_iterations", base.num_iterations != 1),
-        ("minibatches", base.minibatches != 1), ("distill.weight", base.distill.weight > 0),
-        ("dynamic_sampling", base.dynamic_sampling), ("overlong_buffer", base.overlong_buffer > 0),
-        ("eps_low", base.eps_low != GRPOConfig.eps_low), ("eps_high", base.eps_high != GRPOConfig.eps_high)) if on]
+    default = GRPOConfig()
+    return [key for key in ONE_PASS if _setting(base, key) != _setting(default, key)]
 
 
-DEFAULTS = (f"staleness 0, num_iterations 1, minibatches 1, distill.weight 0, dynamic_sampling off, overlong_buffer 0, "
-            f"eps_low {GRPOConfig.eps_low:g}, eps_high {GRPOConfig.eps_high:g}")
+def _setting(cfg: GRPOConfig, key: str) -> object:
+    prefix, _, rest = key.partition(".")
+    return getattr(getattr(cfg, prefix), rest) if rest else getattr(cfg, key)
+
+
+DEFAULTS = ", ".join(f"{k} {_setting(GRPOConfig(), k)}" for k in ONE_PASS)
 """What `unsupported_settings` expects, as the refusals say it."""
 
 

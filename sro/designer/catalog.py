@@ -228,7 +228,7 @@ def build_catalog(project: ProjectConfig, budget: Budget | None = None, ctx=None
     # (until stop 33 the LLM review kept `proc.*` there, and the search refused the space it wrote)
     return Catalog(project.name, domains,
                    [] if project.multi_turn else [OPERATORS.get(n).as_dict() for n in OPERATORS.names()],
-                   algorithm_catalog(), model, hardware,
+                   algorithm_catalog(project.multi_turn), model, hardware,
                    {"text": budget.text or str(budget), "wall_s": budget.wall_s, "trials": budget.trials,
                     "gpu_h": budget.gpu_h, "tokens": budget.tokens,
                     "max_new_tokens": project.runtime.max_new_tokens}, notes,

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field, replace
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from sro.config import ProjectConfig
@@ -56,24 +56,40 @@ class Evidence:
                 "failures": self.failures, "scores_differ": self.scores_differ}
 
 
+def ran_with(space: RecipeSpace, recipe: Recipe, keys: Collection[str] | None = None) -> dict[str, Any]:
+    """The settings `recipe` trained with: its fixed and searched values, and for each of `keys` (default: the
+    parameters `space` searches) that the recipe does not set, a dimension added since it ran, the value the
+    trainer took by default (`trainers.algorithms.default_setting`), where the trainer has one. Until stop 53
+    such a trial fitted no space that searched the added dimension: an LLM redesign that added `eps_low` left 1
+    of 4 earlier trials in the evidence, though all had run at its default, 0.2 (a review)."""
+    from trainers.algorithms import NOT_SET, default_setting  # here: `sro show` reads spaces without torch
+
+    ran = {**recipe.fixed, **recipe.values}
+    added = {k: default_setting(k, ran) for k in ([p.name for p in space.params] if keys is None else keys)
+             if k not in ran}
+    return {**ran, **{k: v for k, v in added.items() if v is not NOT_SET}}
+
+
 def fits(space: RecipeSpace, recipe: Recipe) -> bool:
-    """True when the recipe is a point of `space`: every searched value inside its range (read from the
-    settings it ran with, so a setting an earlier version fixed and this one searches counts), and no
-    fixed setting it ran with that the space fixes otherwise (values of dropped dimensions are ignored)."""
-    return (space.admits({**recipe.fixed, **recipe.values})
-            and all(recipe.fixed.get(k, v) == v for k, v in space.fixed.items()))
+    """True when the recipe is a point of `space`: every searched value inside its range, read from the
+    settings it ran with (`ran_with`: a setting an earlier version fixed and this one searches counts, and so
+    does a trainer default), and no fixed setting it ran with, by its recipe or by default, that the space fixes
+    otherwise (values of dropped dimensions are ignored)."""
+    ran = ran_with(space, recipe, [*[p.name for p in space.params], *space.fixed])
+    return space.admits(ran) and all(ran.get(k, v) == v for k, v in space.fixed.items() if k not in recipe.values)
 
 
 def in_space(space: RecipeSpace, records: list[TrialRecord]) -> list[TrialRecord]:
     """The records whose recipes fit `space` (`fits`), each with its values as this space's recipes hold
     them (a setting an earlier version fixed, now searched, among them), so the optimizer encodes what
-    the trial ran; the settings it ran with, and so its `Recipe.key`, are unchanged. Until stop 24 such
+    the trial ran; the settings it ran with, and so its `Recipe.key`, are unchanged, but for a searched
+    dimension added since, which its recipe now states at the trainer's default (`ran_with`). Until stop 24 such
     a trial did not fit, so the optimizer could propose its recipe again and the claim was withdrawn
     (another worker's rival) without end."""
     out = []
     for r in records:
         if fits(space, r.recipe):
-            ran = {**r.recipe.fixed, **r.recipe.values}
+            ran = ran_with(space, r.recipe)
             values = space.canonical(ran)
             rest = {k: v for k, v in ran.items() if k not in values}  # fixed, or dimensions this space dropped
             out.append(r if values == r.recipe.values else replace(r, recipe=Recipe(values, rest)))
