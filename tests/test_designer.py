@@ -520,8 +520,33 @@ def test_redesign_drops_unimportant_dims_narrows_important_ones_and_keeps_fittin
     logs: list[str] = []
     out = maybe_redesign(project, ledger, space, None, tmp_path / "rd", log=logs.append)
     assert out is not None and (tmp_path / "rd" / "space.v2.yaml").is_file()
-    assert "version 2" in logs[0] and "stay in the optimizer's evidence" in logs[0]
+    assert "version 2" in logs[0] and "stay in the optimizer's evidence, 1 of the 1 Pareto recipe(s)" in logs[0]
+    assert len(logs) == 1  # the rules' version holds its Pareto recipes: no warning
     assert maybe_redesign(project, ledger, out, None, tmp_path / "rd", log=logs.append) is None  # not due again
+
+
+def test_a_redesign_that_holds_no_pareto_recipe_says_so(tmp_path, monkeypatch):
+    """An LLM's version may move every range away from the Pareto recipes (the rules' never does): the search
+    then says that the optimizer starts its evidence over, and where the version before is (a review, stop 53:
+    the log said only how many trials fit)."""
+    import sro.designer.redesign as rd
+
+    data = {"name": "rd", "domains": {"a": {"sources": [{"reasoning_gym": "basic_arithmetic"}],
+                                            "benchmarks": [{"name": "b", "reasoning_gym": "basic_arithmetic"}]}},
+            "objectives": [{"a/b": "max"}], "designer": {"redesign_every": 4}}
+    project = ProjectConfig.model_validate(data)
+    space = _space()
+    ledger = Ledger(project, tmp_path / "rd")
+    for values in space.sobol(4, seed=1):
+        ledger.finish(ledger.start(Recipe(values, dict(space.fixed)), space), {"a/b": values["lr"] * 100},
+                      {"wall_s": 1.0}, [])
+    away = RecipeSpace([Param("lr", "float", 2e-3, 1e-2, log=True, rationale="lr"), *space.params[1:]],
+                       fixed=dict(space.fixed), designer="llm", version=2)
+    monkeypatch.setattr(rd, "redesign", lambda *args, **kw: away)
+    logs: list[str] = []
+    assert rd.maybe_redesign(project, ledger, space, None, tmp_path / "rd", log=logs.append) is not None
+    assert logs[0].endswith("0 earlier trial(s) fit it and stay in the optimizer's evidence, 0 of the 1 Pareto recipe(s)")
+    assert "holds none of the Pareto recipes" in logs[1] and "space.v1.yaml is the version before" in logs[1]
 
 
 def test_a_log_scale_redesign_keeps_a_pareto_recipe_on_an_edge_and_low_below_high():
