@@ -94,6 +94,7 @@ def test_the_vllm_engine_starts_with_a_single_process_launch_environment(tiny, m
 
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
     monkeypatch.setattr(backends, "unavailable", lambda name: None)
+    monkeypatch.setattr(backends, "ENGINES", {})
     env = {k: v for k, v in os.environ.items() if k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
                                                              "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING")}
     monkeypatch.setattr(os, "environ", {**env, "MASTER_PORT": "29555"})  # a copy (as a launcher would have set
@@ -171,3 +172,43 @@ def test_generate_samples_the_distribution_the_trainer_scores_whatever_the_model
         scored, _ = completion_logprobs(model, ro.input_ids, ro.attention_mask, ro.prompt_len, temperature=0.7)
     on = ro.completion_mask.bool()
     assert torch.allclose(sampled[on], scored[on], atol=1e-4), (sampled[on] - scored[on]).abs().max()
+
+
+def test_every_trial_of_a_process_shares_one_vllm_engine(tiny, monkeypatch):
+    """vLLM frees no memory when an in-process engine is deleted (vllm-project/vllm#21073): a backend built per
+    trial started one more engine each time, and the second or third trial ran out of memory (a review, stop 53).
+    A fake vllm counts the engines; the second trial's backend loads its own weights into the first's."""
+    import sys
+    import types
+
+    import trainers.backends as backends
+
+    started, loaded = [], []
+
+    class LLM:
+        def __init__(self, **kw):
+            started.append(kw)
+            runner = types.SimpleNamespace(model=types.SimpleNamespace(load_weights=lambda w: loaded.append(dict(w))))
+            self.llm_engine = types.SimpleNamespace(
+                model_executor=types.SimpleNamespace(driver_worker=types.SimpleNamespace(model_runner=runner)))
+
+        def reset_prefix_cache(self):
+            pass
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=LLM))
+    monkeypatch.setattr(backends, "unavailable", lambda name: None)
+    monkeypatch.setattr(backends, "ENGINES", {})
+    monkeypatch.setattr(backends, "launcher_env", lambda: {})
+    import copy
+
+    model, tok = copy.deepcopy(tiny[0]), tiny[1]  # its weights change below
+    first = ROLLOUT_BACKENDS.get("vllm")(model, tok)
+    assert len(started) == 1 and loaded == []  # started from the saved policy itself
+    with torch.no_grad():
+        next(model.parameters()).add_(1.0)  # the next trial's policy
+    second = ROLLOUT_BACKENDS.get("vllm")(model, tok)
+    assert len(started) == 1 and second.llm is first.llm and len(loaded) == 1
+    name, p = next(iter(model.named_parameters()))
+    assert torch.equal(loaded[0][name], p.data)
+    ROLLOUT_BACKENDS.get("vllm")(model, tok, gpu_memory_utilization=0.5)  # another share: an engine of its own
+    assert len(started) == 2

@@ -128,6 +128,13 @@ def test_pass_rates_are_estimated_from_several_sampled_completions_by_default(mo
     direct = estimate_pass_rates(_Model(), None, [task])  # the estimate's own defaults
     assert calls[0]["group_size"] > 1 and calls[0]["temperature"] > 0
     assert direct[normalize("q 2")] == 1 / calls[0]["group_size"]
+    # measured on a GPU (the model in bf16) is another table than on this CPU (a review, stop 53)
+    import torch
+
+    assert len(list(tmp_path.glob("passrate-*.json"))) == 1
+    monkeypatch.setattr(trainers.models, "pick_device", lambda device="auto": torch.device("cuda"))
+    pass_rate_table("base", [task], tmp_path)
+    assert len(list(tmp_path.glob("passrate-*.json"))) == 2
 
 
 # ---------- mixture ----------

@@ -367,3 +367,38 @@ def test_a_killed_builds_leftover_folder_is_removed_once_its_process_is_gone(tmp
         os.utime(d, (1, 1))  # unchanged for an hour and more
     ensure_tiny(PAIRS, tmp_path, SPEC)
     assert not old.exists() and fresh.exists() and live.exists()  # a recent one may be another machine's
+
+
+def test_a_chat_template_that_refuses_a_system_turn_gets_the_instruction_in_the_users():
+    """Gemma's and older Mistral's templates raise on a system turn: the instruction then heads the user's turn
+    (until stop 53 the first prompt raised, and the search stopped with a traceback; a review)."""
+    from trainers.prompts import SYSTEM, format_prompt
+    from trainers.tiny import build_tokenizer
+
+    tok = build_tokenizer(["What is 3 + 4?"], 64)
+    turns = "<{{ m['role'] }}>{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}<assistant>{% endif %}"
+    tok.chat_template = "{% for m in messages %}" + turns
+    assert format_prompt("What is 3 + 4?", tok) == f"<system>{SYSTEM}<user>What is 3 + 4?<assistant>"
+    tok.chat_template = ("{% for m in messages %}{% if m['role'] == 'system' %}"
+                         "{{ raise_exception('System role not supported') }}{% endif %}" + turns)
+    assert format_prompt("What is 3 + 4?", tok) == f"<user>{SYSTEM}\n\nWhat is 3 + 4?<assistant>"
+
+
+def test_a_plain_lm_whose_tokenizer_starts_texts_with_bos_gets_it_in_its_prompts():
+    """Prompts are encoded without special tokens (a chat template writes its own BOS): a base model whose
+    tokenizer starts every text with BOS (Llama's, Mistral's) was trained and scored without it until stop 53 (a
+    review). `tiny`'s tokenizer has none, and its prompts are unchanged."""
+    from tokenizers.processors import TemplateProcessing
+
+    from trainers.prompts import PLAIN_SUFFIX, format_prompt
+    from trainers.tiny import build_tokenizer
+
+    tok = build_tokenizer(["Calculate 1 + 2."], 64)
+    assert format_prompt("Calculate 1 + 2.", tok) == "Calculate 1 + 2." + PLAIN_SUFFIX and tok.bos_token is None
+    tok.add_special_tokens({"bos_token": "<s>"})
+    assert format_prompt("Calculate 1 + 2.", tok) == "Calculate 1 + 2." + PLAIN_SUFFIX  # it adds none by default
+    tok._tokenizer.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.bos_token_id)])
+    prompt = format_prompt("Calculate 1 + 2.", tok)
+    assert prompt == "<s>Calculate 1 + 2." + PLAIN_SUFFIX
+    ids = tok(prompt, add_special_tokens=False)["input_ids"]
+    assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1

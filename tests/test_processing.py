@@ -351,19 +351,27 @@ def test_a_source_the_filters_empty_is_dropped_and_its_share_drawn_from_the_othe
     with pytest.warns(RuntimeWarning, match=r"source jsonl:short\S* \(d\) yields no item .* from prompt 0 on"):
         drawn = mix.sample(40)
     assert {t.spec.key for t, _ in drawn} == {ok.spec.key} and len(drawn) == 40
-    assert mix.exhausted == {short.spec.key: 0} and mix.filtered == 10_000
+    assert mix.exhausted == {"d.0": 0} and mix.filtered == 10_000
     weighted = Mixture({"d": [short, ok]}, seed=0, keep=keep, source_weights={"d": [3.0, 1.0]})
     two = Mixture({"d": [short], "e": [other]}, seed=1, keep=keep)
     for m in (weighted, two):  # a weighted source, and a domain left with no source at all
         with pytest.warns(RuntimeWarning):
             got = m.sample(30)
-        assert len(got) == 30 and m.exhausted == {short.spec.key: 0}, m.exhausted
+        assert len(got) == 30 and m.exhausted == {"d.0": 0}, m.exhausted
     assert {t.spec.key for t, _ in two.sample(5)} == {other.spec.key}
     stuck = Mixture({"d": [short, ok]}, seed=0, keep=keep, source_weights={"d": [1.0, 0.0]})
-    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match=r"no source yields .* \(exhausted: jsonl:short"):
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match=r"no source yields .* \(exhausted: d.0 \(jsonl:short"):
         stuck.sample(1)  # `ok` has weight 0: nothing is left to draw from
     late = Mixture({"d": [ListTask(["q 5"], "late"), ok]}, seed=0,
                    keep=lambda it: it.question != "q 5" or late.drawn < 3)
     with pytest.warns(RuntimeWarning, match="from prompt"):
         late.sample(20)
-    assert [k.split(":")[1] for k in late.exhausted] == ["late"] and list(late.exhausted.values())[0] >= 3
+    assert list(late.exhausted) == ["d.0"] and list(late.exhausted.values())[0] >= 3
+    # by its place: the same source in two domains is two streams (of their own seeds: here their own items);
+    # emptying one drops it alone (a review, stop 53: by its spec key both were, and b, still yielding, failed)
+    in_a, in_b = ListTask(["x 1", "x 2"], "s"), ListTask(["y 1", "y 2"], "s")
+    assert in_a.spec.key == in_b.spec.key
+    twice = Mixture({"a": [in_a, other], "b": [in_b]}, seed=0, keep=lambda it: not it.question.startswith("x"))
+    with pytest.warns(RuntimeWarning, match=r"source jsonl:s\S* \(a\) yields no item"):
+        got = twice.sample(40)
+    assert list(twice.exhausted) == ["a.0"] and {it.question for _, it in got} == {"q 33", "y 1", "y 2"}

@@ -239,7 +239,30 @@ def test_train_with_a_cuda_device_and_no_gpu_stops_before_the_base_model(tmp_pat
     r = run_here("train", str(path), "--runs", str(tmp_path / "runs"))
     assert r.exit_code == 2 and "project.runtime.device: runtime.device is 'cuda' but no CUDA device is visible" \
         in " ".join(r.stderr.split()), r.output[-2000:]
-    assert usable_cores() == len(os.sched_getaffinity(0))
+    assert usable_cores() <= len(os.sched_getaffinity(0))
+
+
+def test_usable_cores_keeps_to_a_cgroup_cpu_quota(tmp_path, monkeypatch):
+    """`docker --cpus 1.5` or a Kubernetes limit leaves the CPU affinity whole: torch's threads kept to the
+    affinity alone oversubscribed the quota (a review, stop 53). cgroup v2's `cpu.max`, else v1's cfs files."""
+    import trainers.threads as threads
+
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    v2.mkdir()
+    (v1 / "cpu").mkdir(parents=True)
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    assert threads.cgroup_cpu_quota(v2) == 1.5
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert threads.cgroup_cpu_quota(v2) is None
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("-1\n")
+    (v1 / "cpu" / "cpu.cfs_period_us").write_text("100000\n")
+    assert threads.cgroup_cpu_quota(v1) is None
+    (v1 / "cpu" / "cpu.cfs_quota_us").write_text("300000\n")
+    assert threads.cgroup_cpu_quota(v1) == 3.0 and threads.cgroup_cpu_quota(tmp_path / "none") is None
+    monkeypatch.setattr(threads.os, "sched_getaffinity", lambda pid: set(range(8)))
+    for quota, cores in ((None, 8), (1.5, 2), (0.2, 1), (16.0, 8)):
+        monkeypatch.setattr(threads, "cgroup_cpu_quota", lambda q=quota: q)
+        assert threads.usable_cores() == cores, quota
 
 
 @pytest.mark.parametrize("fixed, needle", [

@@ -4,12 +4,14 @@ returns `Rollouts`, and `sync(model)` hands the trainer's current weights to the
 - `hf`: transformers `generate` on the policy itself (CPU and GPU; sync is a no-op).
 - `vllm`: a vLLM engine in the same process (GPU only, optional extra `sro[vllm]`); weights are
   pushed into it after every update, and its token ids are assembled into the same `Rollouts`
-  layout the losses read (`rollouts_from_ids`, tested on CPU against `hf`).
+  layout the losses read (`rollouts_from_ids`, tested on CPU against `hf`). One engine per process and
+  model shape serves every trial (`ENGINES`).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import socket
 import tempfile
@@ -98,10 +100,19 @@ def launcher_env() -> dict[str, str]:
     return added
 
 
+ENGINES: dict[str, tuple[object, tempfile.TemporaryDirectory]] = {}
+"""The vLLM engines of this process (with the folder each started from), by model shape and memory share: a
+trial's backend takes the engine of an earlier trial and loads its own weights into it. vLLM frees no memory
+when an in-process engine is deleted (vllm-project/vllm#21073), so until stop 53 every trial started one more
+and the second or third ran out of memory, recorded as the recipe's own failure (a review). The engine's
+sampling stream goes on from trial to trial."""
+
+
 @ROLLOUT_BACKENDS.register("vllm")
 class VLLMBackend:
-    """A colocated vLLM engine (GPU only). The policy is saved once to start the engine; after that
-    its weights are loaded into the engine in place on every `sync`."""
+    """A colocated vLLM engine (GPU only). The policy is saved once to start the engine (or the process's engine
+    for this model shape is taken, `ENGINES`, and the policy's weights loaded into it); after that its weights
+    are loaded into the engine in place on every `sync`."""
 
     def __init__(self, model, tokenizer, gpu_memory_utilization: float = 0.3, seed: int = 0, **_: object) -> None:
         if (why := unavailable("vllm")) is not None:
@@ -113,13 +124,20 @@ class VLLMBackend:
                                      "pip install 'sro[vllm]', or use rollout_backend: hf") from None
         self.tok = tokenizer
         self.eos = eos_ids(model, tokenizer)
+        self._vllm = vllm
+        shape = json.dumps({"model": model.config.to_dict(), "vocab": len(tokenizer),
+                            "gpu_memory_utilization": gpu_memory_utilization}, sort_keys=True, default=str)
+        if shape in ENGINES:  # an earlier trial's: this trial's weights into it
+            self.llm, self._dir = ENGINES[shape]
+            self.sync(model)
+            return
         self._dir = tempfile.TemporaryDirectory(prefix="sro-vllm-")
         model.save_pretrained(self._dir.name)
         tokenizer.save_pretrained(self._dir.name)
         launcher_env()  # one engine in this process: external_launcher reads torchrun's variables
         self.llm = vllm.LLM(model=self._dir.name, dtype="bfloat16", gpu_memory_utilization=gpu_memory_utilization,
                             seed=seed, distributed_executor_backend="external_launcher", enforce_eager=True)
-        self._vllm = vllm
+        ENGINES[shape] = (self.llm, self._dir)
 
     def generate(self, prompts: list[str], group_size: int, temperature: float, max_new_tokens: int) -> Rollouts:
         params = self._vllm.SamplingParams(n=group_size, temperature=temperature, top_p=1.0, top_k=-1, min_p=0.0,

@@ -49,7 +49,8 @@ class Mixture:
         self.filtered = 0
         self.drawn = 0
         self.exhausted: dict[str, int] = {}
-        """Sources dropped because they yield no item the filters keep: source key → prompts drawn by then."""
+        """Sources dropped because they yield no item the filters keep: `<domain>.<i>` (the recipe's `src.` key of
+        the source) → prompts drawn by then."""
 
     def _next(self, domain: str, k: int) -> Item | None:
         """The next item of source k of `domain` that is outside the held-out benchmarks and kept by the
@@ -65,16 +66,26 @@ class Mixture:
                 self.filtered += 1
             else:
                 return item
-        self.exhausted[task.spec.key] = self.drawn
+        # by its place, `<domain>.<i>` as the recipe's `src.` weights name it: the same source in two domains is two
+        # streams of their own seeds, and by its spec key one emptied dropped both (a review, stop 53)
+        self.exhausted[f"{domain}.{k}"] = self.drawn
         warnings.warn(f"source {task.spec.key} ({domain}) yields no item that is both outside the held-out "
                       f"benchmarks and kept by the recipe's processing filters in {DRAWS} draws; its share goes to "
                       f"the other sources from prompt {self.drawn} on", RuntimeWarning, stacklevel=3)
         return None
 
+    def _exhausted_names(self) -> str:
+        """The exhausted sources as `a.0 (jsonl:data/x.jsonl:{})`."""
+        def named(place: str) -> str:
+            d, _, i = place.rpartition(".")
+            return f"{place} ({self.tasks[d][int(i)].spec.key})"
+
+        return ", ".join(map(named, self.exhausted))
+
     def _live(self, domain: str) -> list[float]:
         """Source weights of `domain` with the exhausted sources at 0."""
         sw = self.source_weights.get(domain) or [1.0] * len(self.tasks[domain])
-        return [0.0 if t.spec.key in self.exhausted else w for t, w in zip(self.tasks[domain], sw)]
+        return [0.0 if f"{domain}.{i}" in self.exhausted else w for i, w in enumerate(sw)]
 
     def sample(self, n: int) -> list[tuple[Task, Item]]:
         """n (task, item) pairs. A source that yields nothing the filters keep is dropped (`exhausted`) and
@@ -90,7 +101,7 @@ class Mixture:
                     if not live:
                         raise RuntimeError(
                             f"no source yields an item that is both outside the held-out benchmarks and kept by "
-                            f"the recipe's processing filters (exhausted: {', '.join(self.exhausted)}); widen "
+                            f"the recipe's processing filters (exhausted: {self._exhausted_names()}); widen "
                             "their configs or the filter bands (proc.*)")
                     d = self.rng.choices(live, weights=[self.weights[x] for x in live])[0]
                     continue

@@ -243,9 +243,12 @@ def pass_rate_table(base_path: str, tasks: Sequence[Task], cache_dir: str | Path
     """`estimate_pass_rates` with the base model at `base_path`, cached as JSON under `cache_dir`."""
     import torch
 
-    from trainers.models import load_policy
+    from trainers.models import load_policy, pick_device
 
-    path = Path(cache_dir) / f"passrate-{table_id(base_path, tasks, n_items, k, max_new_tokens, seed)}.json"
+    # the device is part of the measurement: a model loads in bf16 on CUDA and fp32 on CPU, and a table measured
+    # on one was read on the other (a review, stop 53); on CPU the key is as before
+    on = [] if pick_device(device).type == "cpu" else [pick_device(device).type]
+    path = Path(cache_dir) / f"passrate-{table_id(base_path, tasks, n_items, k, max_new_tokens, seed, *on)}.json"
     if path.is_file():
         try:
             return {str(q): float(r) for q, r in json.loads(path.read_text()).items()}
