@@ -15,7 +15,13 @@ def unique_tag() -> str:
 
 
 def write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (a temporary file of this writer beside it, then `os.replace`)."""
+    """Write `text` to `path` atomically (a temporary file of this writer beside it, then `os.replace`), in
+    UTF-8 whatever the locale (a C locale's ASCII failed on the report's `·`), and remove the temporary file if
+    the write fails (a full disk or an unencodable text left `report.html.tmp...` behind; a review, stop 53)."""
     tmp = path.with_name(f"{path.name}.tmp{unique_tag()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:  # a Ctrl-C mid-write too
+        tmp.unlink(missing_ok=True)
+        raise

@@ -7,6 +7,7 @@ search stops at the first one reached.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, replace
 
@@ -98,6 +99,12 @@ class Budget:
                 raise BudgetError(f"cannot parse budget {term.strip()!r}; {HELP}")
             field, scale = _UNITS[unit]
             value = float(m.group(1)) * scale
+            # hundreds of digits read as inf: `int(inf)` was an OverflowError traceback, and with `h` an endless
+            # wall-time limit was taken (a review, stop 53)
+            if not math.isfinite(value):
+                digits = m.group(1)  # some 300 or more: shortened in the one line
+                raise BudgetError(f"budget {digits[:6] + '...' + digits[-3:] + m.group(2)!r} (a {len(digits)}-digit "
+                                  f"number) is too large to be a limit; write a finite one, e.g. 20{m.group(2)}")
             if value <= 0:
                 raise BudgetError(f"budget {term.strip()!r} must be positive; {HELP}")
             if field == "trials" and value != int(value):

@@ -7,6 +7,7 @@ Ctrl-C 130, SIGTERM 143 (finished trials kept).
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 from pathlib import Path
@@ -16,6 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from sro import yaml_strict
 
@@ -49,6 +51,32 @@ def _version(value: bool) -> None:
 def _root(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                                 help="print SRO's version and its libraries', then exit")] = False) -> None:
     """SRO: search post-training recipes for language models."""
+
+
+_ASCII = str.maketrans({"✔": "+", "—": "-", "…": "...", "·": "-", "→": "->",
+                        **dict(zip("▁▂▃▄▅▆▇█", "_.,-=+*#"))})
+"""ASCII stand-ins for the marks SRO prints (the green mark, dashes, the sparkline's bars)."""
+
+
+def _stand_in(e: UnicodeError) -> tuple[str, int]:
+    """The `sro-ascii` codec error handler: what a console cannot print, as SRO's ASCII stand-ins (`?` for
+    any other character)."""
+    if not isinstance(e, UnicodeEncodeError):
+        raise e
+    bad = e.object[e.start:e.end]
+    return bad.translate(_ASCII).encode("ascii", "replace").decode("ascii"), e.end
+
+
+codecs.register_error("sro-ascii", _stand_in)
+
+
+def _printable_everywhere() -> None:
+    """Standard output and error print what their encoding lacks as ASCII stand-ins: with `PYTHONIOENCODING=ascii`
+    or a latin-1 locale, `sro --help`, `sro show` and a search at its last table ended in a UnicodeEncodeError
+    traceback (a review, stop 53). A UTF-8 console, nearly every one, prints as before."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # a real text stream (not a test's capture)
+            stream.reconfigure(errors="sro-ascii")
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -220,31 +248,60 @@ def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs
     console.print(f"report: {out}")
 
 
+def _wide(t: Table, con: Console) -> bool:
+    """Whether `t` cannot fit `con` even with its text wrapped at every space."""
+    return con.measure(t, options=con.options.update_width(10_000)).minimum > con.width
+
+
+def _narrow(t: Table, con: Console) -> None:
+    """Fit `t` to a terminal narrower than it: its number columns (`no_wrap`, never split: at 40 columns 0.950
+    was 0.9 over 50, a review at stop 53) fold their headers down to their numbers' width, then the cells lose
+    their padding, so that rich, which narrows only the text columns, leaves them some room (not none)."""
+    if _wide(t, con):
+        for c in t.columns:
+            if c.no_wrap:
+                c.max_width = max(len(str(cell)) for cell in (*c.cells, "1234"))  # a header: 4 characters a line
+    if _wide(t, con):
+        t.padding = (0, 0)
+
+
 def _show_table(run_dir: Path) -> None:
+    from sro.ledger import counted
     from sro.pareto import front_numbers
     from sro.pruning import saved_budget
-    from sro.report import _load, other_benchmarks, sparkline
+    from sro.report import _load, negated, other_benchmarks, sparkline, superseded_by
 
     data, records, info = _load(run_dir)
     base = info["base_scores"]
-    keys = [k for o in data["objectives"] for k in o if k != "cost"]
+    objectives = [next(iter(o.items())) for o in data["objectives"]]
+    keys = [k for k, _ in objectives if k != "cost"]
     # until stop 38 a hidden benchmark made a cheaper, better-looking trial not green, and nothing said why
     others = other_benchmarks(keys, base)
-    front = front_numbers(records, [next(iter(o.items())) for o in data["objectives"]])
-    t = Table(title=f"{data['name']}: {len(records)} trials")
+    front = front_numbers(records, objectives)
+    late = superseded_by(records)
+    t = Table(title=f"{data['name']}: {len(counted(records))} trials")  # a late copy's trial once, as the budget
     for h in ["trial", "state", *keys, *(f"{k} (no objective)" for k in others), "cost s", "front", "beats"]:
-        t.add_column(h, justify="right", overflow="fold")  # a long benchmark name wraps, not cut to `arithmetic/…`
+        # a long benchmark name wraps, not cut to `arithmetic/…`; a number never does: at 40 columns 0.950 was
+        # 0.9 over 50 (a review, stop 53), so the state column (text) is the one that narrows
+        t.add_column(Text(h, overflow="fold", no_wrap=False), justify="right", overflow="fold",
+                     no_wrap=h != "state")
     if base:
         t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys + others], "", "", "", style="bold")
     for r in records:
         state = f"running on {r.worker}" if r.state == "running" else r.state  # which worker, with several
+        if r.number in late:  # it read as interrupted, to be run again (a review, stop 53)
+            state = f"superseded by trial {late[r.number]}"
         beats = r.beats(base, info["lower"])
         t.add_row(str(r.number), state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys + others],
                   f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "", "✔" if beats else "",
                   style="green" if beats else None)
+    _narrow(t, console)
     console.print(t)
     if not records:
         console.print("no trial yet: `sro search` on the project runs them", highlight=False)
+    for old, new in sorted(late.items()):
+        console.print(f"trial {new} is trial {old}'s late result (another worker had marked it interrupted while it "
+                      "trained on): counted once", highlight=False)
     failed = [r for r in records if r.state == "failed"]
     for r in failed[:5]:  # why, in one line each (it was in the report only)
         console.print(f"trial {r.number} failed: {(r.message or 'no message').splitlines()[0][:160]}",
@@ -257,9 +314,11 @@ def _show_table(run_dir: Path) -> None:
                       "as good on every objective and better on one", highlight=False)
     hv = info.get("hypervolume") or {}
     if hv.get("hypervolume"):
+        # the minimized objectives are negated, as the report says: "cost negated" was printed where the
+        # negated one was an ECE and the project had no cost objective (a review, stop 53)
         console.print(f"hypervolume after each complete trial: {sparkline(hv['hypervolume'])} "
                       f"{hv['hypervolume'][-1]:.4g} (reference point {[round(v, 4) for v in hv['ref_point']]}, "
-                      "cost negated)", highlight=False)
+                      f"{negated(objectives)})", highlight=False)
         if hv["hypervolume"][-1] == 0 and hv.get("stated"):
             console.print(f"the hypervolume is 0: no complete trial is better than the project's reference_point "
                           f"{hv['stated']} on every objective", style="yellow", highlight=False, markup=False)
@@ -395,6 +454,7 @@ def _check_recipe_keys(rec, proj, path: Path) -> None:
 
 
 def main() -> None:
+    _printable_everywhere()
     app()
 
 

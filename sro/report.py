@@ -4,6 +4,7 @@ and the trial table — one self-contained file (plotly.js inlined) that opens o
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from jinja2 import Template
 from markupsafe import Markup
 
 from evaluators.files import write_whole
-from sro.ledger import TrialRecord
+from sro.ledger import TrialRecord, counted
 from sro.pareto import front_numbers
 from sro.pruning import saved_budget
 from sro import yaml_strict
@@ -25,6 +26,7 @@ _PAGE = Template(autoescape=True, source="""<!doctype html>
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
 th{background:#f3f3f3}tr.front{background:#eaf6ea}tr.failed{color:#a33}tr.base{font-weight:bold}td.l{text-align:left}
+tr.superseded{color:#888}
 .note{color:#555}
 </style></head><body>
 <h1>SRO search: {{ name }}</h1>
@@ -61,7 +63,7 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
         hint = f"; its run folders: {', '.join(runs[:5])}" if runs else "; is it a folder written by `sro search`?"
         raise FileNotFoundError(f"{run_dir} has no project.yaml{hint}")
     try:
-        data = yaml_strict.safe_load(proj_path.read_text())
+        data = yaml_strict.safe_load(proj_path.read_text(encoding="utf-8"))  # as `write_whole` writes it
         project = ProjectConfig.model_validate(data)
     except (yaml.YAMLError, ValidationError) as e:  # e.g. cut short by a kill while it was written
         first = str(e).strip().splitlines()[0]
@@ -84,6 +86,30 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
     info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(records),
             "overlap": ledger.get("overlap", {}), "lower": project.lower_is_better(), "hypervolume": hv}
     return data, records, info
+
+
+def superseded_by(records: Sequence[TrialRecord]) -> dict[int, int]:
+    """Trial number → the number of the late copy that supersedes it: the result its worker recorded after
+    another worker had marked it interrupted (`TrialRecord.late_of`). `sro show` and the report showed the trial
+    as interrupted, to be run again, and counted both (a review, stop 53); the budget counts them once (`counted`)."""
+    return {r.late_of: r.number for r in records if r.late_of is not None}
+
+
+def negated(objectives: Sequence[tuple[str, str]]) -> str:
+    """Which objectives the hypervolume's maximization frame negates (the minimized ones), for its notes."""
+    return f"{', '.join(k for k, d in objectives if d == 'min') or 'none'} negated"
+
+
+def _finite(v: object) -> object:
+    """`v` with every nan or infinite float as None: `json.dumps` wrote `NaN`, which is no JSON (Node's
+    `JSON.parse` refused trials.json; a review, stop 53)."""
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _finite(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_finite(x) for x in v]
+    return v
 
 
 def drawn_axes(objectives: Sequence[tuple[str, str]]) -> tuple[str, str]:
@@ -110,12 +136,12 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
         on_front = front_numbers(done, objectives)
         front = np.array([r.number in on_front for r in done])
         costs = [r.cost.get("wall_s", 0.0) for r in done]
+        text = [f"trial {r.number}, cost {c:.0f}s" for r, c in zip(done, costs)]
         fig.add_trace(go.Scatter(
             x=pts[:, 0], y=pts[:, 1], mode="markers", name="trials",
             marker=dict(size=11, color=costs, colorscale="Viridis", showscale=True,
                         colorbar=dict(title="cost (s)"), line=dict(width=1, color="#333")),
-            text=[f"trial {r.number}, cost {c:.0f}s" for r, c in zip(done, costs)],
-            hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
+            text=text, hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
         order = np.argsort(pts[front, 0])
         drawn_is_all = {k for k, _ in objectives} == {x_key, y_key}  # a staircase only when the axes are it
         fig.add_trace(go.Scatter(x=pts[front, 0][order], y=pts[front, 1][order],
@@ -126,7 +152,11 @@ def front_figure(records: list[TrialRecord], objectives: list[tuple[str, str]], 
                                  # trial reaches, better than every trial; review, stop 30)
                                  line=dict(color="#2a7", width=2,
                                            shape="vh" if dict(objectives).get(x_key, "max") == "max" else "hv"),
-                                 marker=dict(size=19, symbol="circle-open", color="#2a7", line=dict(width=2))))
+                                 marker=dict(size=19, symbol="circle-open", color="#2a7", line=dict(width=2)),
+                                 # the trials' hover: a ring showed x and y alone, not which trial it rings
+                                 # (a review, stop 53)
+                                 text=np.array(text)[front][order].tolist(),
+                                 hovertemplate="%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"))
     if x_key in base and (y_key in base or y_key == "cost"):
         fig.add_trace(go.Scatter(x=[base[x_key]], y=[base.get(y_key, 0.0)], mode="markers+text", name="base model",
                                  text=["base"], textposition="top center",
@@ -178,6 +208,8 @@ def write_report(run_dir: str | Path) -> Path:
     others = other_benchmarks(score_keys, base)
     header = (["trial", "state", "✔"] + score_keys + [f"{k} (no objective)" for k in others] + ["cost s", "samples"]
               + params)
+    late = superseded_by(records)
+    late_of = {new: old for old, new in late.items()}
     rows = []
     if base:  # the base model's row, as `sro show` has it
         rows.append(([(c, False) for c in ["base", "", ""] + [_fmt(base.get(k, "")) for k in score_keys + others]
@@ -185,11 +217,17 @@ def write_report(run_dir: str | Path) -> Path:
     for r in records:
         # why a trial ended early, in its row (only a failed one said it; a review, stop 38)
         why = r.message.splitlines()[0][:80] if r.state != "complete" and r.message else ""
-        row = [r.number, f"{r.state}: {why}" if why else r.state, "✔" if r.beats(base, info["lower"]) else ""]
+        state = f"{r.state}: {why}" if why else r.state
+        if r.number in late:  # not to be run again: its worker trained on and recorded its result later
+            state = f"superseded by trial {late[r.number]} (its late result)"
+        elif r.number in late_of:
+            state += f" (late result of trial {late_of[r.number]})"
+        row = [r.number, state, "✔" if r.beats(base, info["lower"]) else ""]
         row += [r.scores.get(k, "") for k in score_keys + others]
         row += [r.cost.get("wall_s", 0.0), int(r.cost.get("samples", 0))]
         row += [r.recipe.get(p, "") for p in params]
-        cls = "front" if r.number in front else ("failed" if r.state in ("failed", "interrupted") else "")
+        cls = ("front" if r.number in front else "superseded" if r.number in late else
+               "failed" if r.state in ("failed", "interrupted") else "")
         # text left-aligned, numbers right (a formatted float was a string, so numbers were left-aligned)
         rows.append(([(_fmt(c), isinstance(c, str) and i > 2) for i, c in enumerate(row)], cls))
     drawn = drawn_axes(objectives)
@@ -206,14 +244,14 @@ def write_report(run_dir: str | Path) -> Path:
            f"the project's reference_point for {', '.join(sorted(stated))}"
            + (", 10% of the range below the worst observed value for the others"
               if set(stated) < {k for k, _ in objectives} else ""))
-    minimized = [k for k, d in objectives if d == "min"]
-    hv_note = (f"of the complete trials, objectives in the maximization frame ({', '.join(minimized) or 'none'} "
-               f"negated), reference point "
+    hv_note = (f"of the complete trials, objectives in the maximization frame ({negated(objectives)}), reference point "
                f"{[round(v, 4) for v in hv.get('ref_point', [])]}: {how}" if hv.get("trials") else "no complete trial yet")
     saved = saved_budget(records)
     spent = info["spent"]
     page = _PAGE.render(
-        name=data["name"], base_model=data.get("base_model", "tiny"), n_complete=sum(r.state == "complete" for r in records), n_total=len(records),
+        name=data["name"], base_model=data.get("base_model", "tiny"),
+        n_complete=sum(r.state == "complete" for r in records),
+        n_total=len(counted(records)),  # a superseded trial and its late copy: one trial, as the budget counts
         objectives=", ".join(f"{k} ({d})" for k, d in objectives),
         spent=f"{spent.wall_s:.0f}s wall, {spent.trials} trials",
         base_line="  ·  ".join(f"{k}: {v:.3f}" for k, v in base.items()) or "(not scored yet)",
@@ -226,9 +264,10 @@ def write_report(run_dir: str | Path) -> Path:
     out = run_dir / "report.html"
     try:
         write_whole(out, page)  # whole: a kill while writing leaves the last report, not half of one
-        write_whole(run_dir / "trials.json", json.dumps(
+        write_whole(run_dir / "trials.json", json.dumps(_finite(
             [{"number": r.number, "state": r.state, "scores": r.scores, "cost": r.cost,
-              "recipe": r.recipe.to_dict(), "message": r.message} for r in records], indent=1, default=str))
+              "recipe": r.recipe.to_dict(), "message": r.message, "late_of": r.late_of} for r in records]),
+            indent=1, default=str, allow_nan=False))
     except OSError as e:  # a read-only copy of a run folder: its study was read, the report has nowhere to go
         from sro.config import ConfigError
 
