@@ -231,10 +231,13 @@ class RecipeSpace:
         return values
 
     def to_unit(self, values: dict[str, Any]) -> np.ndarray:
-        """Encode a recipe; inactive parameters sit at 0.5 (the centre, a neutral value)."""
+        """Encode a recipe; inactive parameters sit at 0.5 (the centre, a neutral value), also where the recipe
+        carries a value for one (until stop 53 that value was encoded; `RecipeEncoder` held it at 0.5: a review)."""
         out = np.full(self.dim, 0.5)
+        active: dict[str, Any] = {}  # parents precede children, as in `validate`
         for i, p in enumerate(self.params):
-            if p.name in values:
+            if p.name in values and self.is_active(p, active):
+                active[p.name] = values[p.name]
                 out[i] = p.to_unit(values[p.name])
         j = len(self.params)
         for s in self.simplexes:

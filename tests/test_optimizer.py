@@ -268,6 +268,14 @@ def test_a_score_the_whole_front_ties_on_gets_a_margin_below_its_worst_value() -
     # a single Pareto point keeps botorch's margin, a tenth of its magnitude
     assert front_reference_point(torch.tensor([[2.0, 1.0], [1.0, 0.5]], dtype=torch.float64)).tolist() == \
         pytest.approx([1.8, 0.9])
+    # but not where it scores 0 (the margin was 1e-8 again), nor for trials that tie on every objective, which
+    # botorch deduplicated to one point (a review, stop 53): there the worst-value rule
+    one = torch.tensor([[1.0, 0.0], [0.5, -1.0], [0.2, -0.5]], dtype=torch.float64)
+    assert front_reference_point(one).tolist() == pytest.approx([0.9, -1.1])
+    assert hv(torch.cat([one, torch.tensor([[3.0, -0.001]], dtype=torch.float64)]), front_reference_point(one)) > \
+        hv(one, front_reference_point(one))
+    assert front_reference_point(torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)).tolist() == \
+        pytest.approx([0.9, -0.1])
 
 
 def test_stated_reference_point_replaces_the_inferred_one() -> None:

@@ -53,14 +53,15 @@ def front_reference_point(Y: torch.Tensor, margin: float = 0.1) -> torch.Tensor:
     Where two or more Pareto points tie on an objective (a benchmark every one of them scores 1.0 on), the front
     has no range there, and botorch's point sat 1e-8 below the tie: a candidate a little worse on it added no
     hypervolume however much better it was on the others (a review, stop 52). That objective gets
-    `reference_point`'s value instead, a margin below its worst observed value. A single Pareto point keeps
-    botorch's margin of a tenth of its magnitude."""
-    front = Y[is_non_dominated(Y)]
+    `reference_point`'s value instead, a margin below its worst observed value. So does a single Pareto point's
+    objective where it scores 0, on which botorch's margin (a tenth of its magnitude) is 1e-8 again; elsewhere a
+    single point keeps botorch's margin. Trials that tie on every objective are several Pareto points here (until
+    stop 53 they were deduplicated to one, and their ties got botorch's point: a review)."""
+    front = Y[is_non_dominated(Y, deduplicate=False)]
     ref = infer_reference_point(front, scale=margin)
-    if len(front) > 1:
-        tied = front.max(dim=0).values == front.min(dim=0).values
-        ref = torch.where(tied, reference_point(Y, margin), ref)
-    return ref
+    flat = front.max(dim=0).values == front.min(dim=0).values
+    degenerate = flat if len(front) > 1 else flat & (front.min(dim=0).values - ref < 1e-6)
+    return torch.where(degenerate, reference_point(Y, margin), ref)
 
 
 def study_reference_point(Y: torch.Tensor, objectives: Sequence[tuple[str, str]],
