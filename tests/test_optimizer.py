@@ -159,6 +159,12 @@ def test_registered_and_signature_matches_sobol() -> None:
     assert p.n_init is None and p.propose([], 0) == []
     with pytest.raises(ValueError, match="direction must be 'max' or 'min', got 'up'"):
         BoTorchProposer(toy_space(), objectives=[("toy/f1", "up")])
+    # without objectives and before any scored trial: the initial design, as with them (it raised; a review,
+    # stop 53); complete trials without scores leave nothing to model either
+    bare = BoTorchProposer(toy_space(), seed=1)
+    assert [r.key for r in bare.propose([], 2)] == [r.key for r in p.propose([], 2)]
+    unscored = [TrialRecord(i, "complete", r, {}, {"wall_s": 1.0}) for i, r in enumerate(p.propose([], 9))]
+    assert [r.key for r in bare.propose(unscored, 1)] == [r.key for r in p.propose(unscored, 1)]
 
 
 def test_initial_points_continue_the_sobol_sequence() -> None:

@@ -216,6 +216,10 @@ class BoTorchProposer:
         """Up to `n` new recipes, none with the `Recipe.key` of a trial in `history` (any state)."""
         if n <= 0:
             return []
+        if not self.objectives and not any(r.state == "complete" and r.scores for r in history):
+            # nothing to model yet, nor a word of what to model: the initial design (until stop 53 a proposer
+            # built without objectives raised on its first call; a review)
+            return self._sobol(len(history), n, {r.recipe.key for r in history})
         objectives = self.objectives or self._default_objectives(history)
         done, Y = self._targets(history, objectives)
         n_init = self.n_init if self.n_init is not None else max(4, 2 * len(objectives))
@@ -259,11 +263,9 @@ class BoTorchProposer:
     # --- 1) data ----------------------------------------------------------------------------------
     @staticmethod
     def _default_objectives(history: Sequence[TrialRecord]) -> list[Objective]:
-        keys = sorted({k for r in history if r.state == "complete" for k in r.scores})
-        if not keys:
-            raise ValueError("BoTorchProposer: no objectives given and no complete trial has scores; "
-                             "pass objectives=[('domain/bench', 'max'), ('cost', 'min')]")
-        return [(k, "max") for k in keys]
+        """Without objectives given: every score of the complete trials, maximized (`propose` asks only once
+        one has scores)."""
+        return [(k, "max") for k in sorted({k for r in history if r.state == "complete" for k in r.scores})]
 
     def _targets(self, history: Sequence[TrialRecord],
                  objectives: list[Objective]) -> tuple[list[TrialRecord], torch.Tensor]:
