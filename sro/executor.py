@@ -500,13 +500,7 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
     trainer.tokens = int(metrics.get("sft_tokens", 0))
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
-    train_s = time.monotonic() - t0
-    on_gpu = next(model.parameters()).device.type == "cuda"
-
-    def cost() -> dict[str, float]:
-        wall = time.monotonic() - t0
-        return {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
-                "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
+    cost = _trial_cost(trainer, model, t0)
 
     metrics.update(_collapse(trainer, cfg, cost, curve))
     # a source the recipe's filters emptied was dropped and its share drawn from the others: when, in prompts
@@ -522,6 +516,20 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
                 metrics[f"gap/{d}"] = round(s - sum(held) / len(held), 4)
     return TrialOutcome(scores, cost(), curve, metrics, notes.lines(project.runtime.max_new_tokens),
                         cut_by_limit(curve, tcfg) or "sft_cut" in metrics)
+
+
+def _trial_cost(trainer: GRPOTrainer | MultiTurnTrainer, model, t0: float) -> Callable[[], dict[str, float]]:
+    """A trial's cost so far, called when it is recorded: wall seconds since `t0`, the training's seconds (until
+    now, when this is made, just after training), the trainer's samples and tokens, GPU-hours on a GPU."""
+    train_s = time.monotonic() - t0
+    on_gpu = next(model.parameters()).device.type == "cuda"
+
+    def cost() -> dict[str, float]:
+        wall = time.monotonic() - t0
+        return {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
+                "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
+
+    return cost
 
 
 def _collapse(trainer: GRPOTrainer | MultiTurnTrainer, cfg: GRPOConfig, cost: Callable[[], dict[str, float]],
@@ -553,13 +561,7 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
     trainer = MultiTurnTrainer(model, tok, mcfg, tasks)
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
-    train_s = time.monotonic() - t0
-    on_gpu = next(model.parameters()).device.type == "cuda"
-
-    def cost() -> dict[str, float]:
-        wall = time.monotonic() - t0
-        return {"wall_s": round(wall, 2), "train_s": round(train_s, 2), "samples": float(trainer.samples),
-                "tokens": float(trainer.tokens), "gpu_h": wall / 3600 if on_gpu else 0.0}
+    cost = _trial_cost(trainer, model, t0)
 
     # the failure clock, as in a single-turn trial (until stop 53 only a non-finite loss failed an agent's trial)
     collapsed = _collapse(trainer, mcfg.base, cost, curve)

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sro.ledger import TrialRecord
+from sro.ledger import TrialRecord, counted
 
 Objective = tuple[str, str]
 
@@ -127,12 +127,12 @@ class Pruner:
         def same_items(values: dict[str, float]) -> bool:  # results from before stop 53 do not say: as before
             return values.get(ITEMS, self.items) == self.items
 
-        superseded = {r.late_of for r in history if r.late_of is not None}
         # one result per recipe, its latest run's: a recipe stopped by the budget or interrupted runs again on
-        # resume, and its two runs counted twice towards `min_dominating` (a review, stop 37)
+        # resume, and its two runs counted twice towards `min_dominating` (a review, stop 37); a superseded
+        # trial's run is its late result's (`counted`, as the budget counts it)
         latest: dict[str, dict[str, float]] = {}
-        for r in sorted(history, key=lambda r: r.number):
-            if (key in r.intermediate and same_items(r.intermediate[key]) and r.number not in superseded
+        for r in sorted(counted(history), key=lambda r: r.number):
+            if (key in r.intermediate and same_items(r.intermediate[key])
                     and (recipe_key is None or r.recipe.key != recipe_key)):
                 latest[r.recipe.key] = r.intermediate[key]
         return list(latest.values())

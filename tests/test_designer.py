@@ -525,12 +525,8 @@ def test_redesign_drops_unimportant_dims_narrows_important_ones_and_keeps_fittin
     assert maybe_redesign(project, ledger, out, None, tmp_path / "rd", log=logs.append) is None  # not due again
 
 
-def test_a_redesign_that_holds_no_pareto_recipe_says_so(tmp_path, monkeypatch):
-    """An LLM's version may move every range away from the Pareto recipes (the rules' never does): the search
-    then says that the optimizer starts its evidence over, and where the version before is (a review, stop 53:
-    the log said only how many trials fit)."""
-    import sro.designer.redesign as rd
-
+def _four_scored_trials(tmp_path: Path) -> tuple[ProjectConfig, RecipeSpace, Ledger]:
+    """A project due a redesign after 4 trials, and a study of 4 complete trials of `_space()` scored by lr."""
     data = {"name": "rd", "domains": {"a": {"sources": [{"reasoning_gym": "basic_arithmetic"}],
                                             "benchmarks": [{"name": "b", "reasoning_gym": "basic_arithmetic"}]}},
             "objectives": [{"a/b": "max"}], "designer": {"redesign_every": 4}}
@@ -540,6 +536,16 @@ def test_a_redesign_that_holds_no_pareto_recipe_says_so(tmp_path, monkeypatch):
     for values in space.sobol(4, seed=1):
         ledger.finish(ledger.start(Recipe(values, dict(space.fixed)), space), {"a/b": values["lr"] * 100},
                       {"wall_s": 1.0}, [])
+    return project, space, ledger
+
+
+def test_a_redesign_that_holds_no_pareto_recipe_says_so(tmp_path, monkeypatch):
+    """An LLM's version may move every range away from the Pareto recipes (the rules' never does): the search
+    then says that the optimizer starts its evidence over, and where the version before is (a review, stop 53:
+    the log said only how many trials fit)."""
+    import sro.designer.redesign as rd
+
+    project, space, ledger = _four_scored_trials(tmp_path)
     away = RecipeSpace([Param("lr", "float", 2e-3, 1e-2, log=True, rationale="lr"), *space.params[1:]],
                        fixed=dict(space.fixed), designer="llm", version=2)
     monkeypatch.setattr(rd, "redesign", lambda *args, **kw: away)
@@ -597,15 +603,7 @@ def test_a_redesign_the_search_check_refuses_is_dropped(tmp_path):
     every trial (until stop 30 it was adopted and every later trial failed)."""
     from sro.search import _check_fixed
 
-    data = {"name": "rd", "domains": {"a": {"sources": [{"reasoning_gym": "basic_arithmetic"}],
-                                            "benchmarks": [{"name": "b", "reasoning_gym": "basic_arithmetic"}]}},
-            "objectives": [{"a/b": "max"}], "designer": {"redesign_every": 4}}
-    project = ProjectConfig.model_validate(data)
-    space = _space()
-    ledger = Ledger(project, tmp_path / "rd")
-    for values in space.sobol(4, seed=1):
-        trial = ledger.start(Recipe(values, dict(space.fixed)), space)
-        ledger.finish(trial, {"a/b": values["lr"] * 100}, {"wall_s": 1.0}, [])
+    project, space, ledger = _four_scored_trials(tmp_path)
 
     def check(new: RecipeSpace) -> None:  # the search's own check, on the new version with a bad fixed value
         _check_fixed(RecipeSpace(new.params, new.simplexes, {**new.fixed, "group_size": 4.5}, version=new.version),

@@ -334,15 +334,20 @@ def default_setting(key: str, values: dict[str, Any]) -> Any:
         cls, names = (ProASConfig, None) if prefix == "proas" else (MultiTurnConfig, MT_SETTINGS)
         return next((f.default for f in fields(cls) if f.name == rest and (names is None or rest in names)), NOT_SET)
     try:
-        cfg = config_for(str(values.get("algorithm", "grpo")), values)
-    except (KeyError, ValueError, TypeError):
+        return config_value(config_for(str(values.get("algorithm", "grpo")), values), key)
+    except (KeyError, ValueError, TypeError):  # a value `config_for` refuses, or no field of the config
         return NOT_SET
-    top = {f.name for f in fields(GRPOConfig)}
-    if key in top and key not in NESTED:
+
+
+def config_value(cfg: GRPOConfig, key: str) -> Any:
+    """The value of recipe key `key` in `cfg`: a field (`steps`) or a nested setting (`distill.weight`);
+    KeyError for a key that is neither."""
+    prefix, _, rest = key.partition(".")
+    if not rest and key in {f.name for f in fields(GRPOConfig)} and key not in NESTED:
         return getattr(cfg, key)
-    if prefix in NESTED and rest in {f.name for f in fields(NESTED[prefix])}:
+    if rest and prefix in NESTED and rest in {f.name for f in fields(NESTED[prefix])}:
         return getattr(getattr(cfg, prefix), rest)
-    return NOT_SET
+    raise KeyError(f"no trainer setting {key!r}")
 
 
 ONE_PASS = ("staleness", "num_iterations", "minibatches", "distill.weight", "dynamic_sampling", "overlong_buffer",

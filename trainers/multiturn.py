@@ -19,7 +19,7 @@ import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, end_reason, episode_metrics, resolve_action
-from trainers.algorithms import ALGORITHMS, ONE_PASS, RecipeValueError, recipe_settings
+from trainers.algorithms import ALGORITHMS, ONE_PASS, RecipeValueError, config_value, recipe_settings
 from trainers.clocks import BatchSchedule, FailureClock, run_steps
 from trainers.core import ADVANTAGES, AGGREGATIONS, EPS_STD, k3_kl, on_mask
 from trainers.grpo import OPTIMIZERS, GRPOConfig
@@ -93,15 +93,10 @@ def unsupported_settings(base: GRPOConfig) -> list[str]:
     pass the policy ratio is 1, so a clip range does nothing: until stop 53 `eps_low`/`eps_high` were accepted,
     and declared for `proas`, and a search spent dimensions on them (a review)."""
     default = GRPOConfig()
-    return [key for key in ONE_PASS if _setting(base, key) != _setting(default, key)]
+    return [key for key in ONE_PASS if config_value(base, key) != config_value(default, key)]
 
 
-def _setting(cfg: GRPOConfig, key: str) -> object:
-    prefix, _, rest = key.partition(".")
-    return getattr(getattr(cfg, prefix), rest) if rest else getattr(cfg, key)
-
-
-DEFAULTS = ", ".join(f"{k} {_setting(GRPOConfig(), k)}" for k in ONE_PASS)
+DEFAULTS = ", ".join(f"{k} {config_value(GRPOConfig(), k)}" for k in ONE_PASS)
 """What `unsupported_settings` expects, as the refusals say it."""
 
 

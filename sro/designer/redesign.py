@@ -293,11 +293,11 @@ def maybe_redesign(project: ProjectConfig, ledger, space: RecipeSpace, ctx, run_
             f"on in version {space.version}")
         return None
     path = write_space(run_dir, new)
-    kept = sum(fits(new, r.recipe) for r in records if r.state == "complete")
-    front = {e["trial"] for e in evidence.pareto}
-    on_front = sum(fits(new, r.recipe) for r in records if r.number in front)
+    kept = {r.number for r in records if r.state == "complete" and fits(new, r.recipe)}
+    front = {e["trial"] for e in evidence.pareto}  # complete trials
+    on_front = len(kept & front)
     log(f"redesigned the space ({why}): {path.name} is version {new.version} with {len(new.params)} parameters; "
-        f"{kept} earlier trial(s) fit it and stay in the optimizer's evidence"
+        f"{len(kept)} earlier trial(s) fit it and stay in the optimizer's evidence"
         + (f", {on_front} of the {len(front)} Pareto recipe(s)" if front else ""))
     if front and not on_front:  # an LLM's version may move every range away from them (a review, stop 53)
         log(f"[yellow]the redesigned space (version {new.version}) holds none of the Pareto recipes: the optimizer "
