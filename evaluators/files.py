@@ -14,13 +14,16 @@ def unique_tag() -> str:
     return f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
-def write_whole(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically (a temporary file of this writer beside it, then `os.replace`), in
-    UTF-8 whatever the locale (a C locale's ASCII failed on the report's `·`), and remove the temporary file if
+def write_whole(path: Path, text: str | bytes) -> None:
+    """Write `text` to `path` atomically (a temporary file of this writer beside it, then `os.replace`), a
+    string in UTF-8 whatever the locale (a C locale's ASCII failed on the report's `·`), and remove the temporary file if
     the write fails (a full disk or an unencodable text left `report.html.tmp...` behind; a review, stop 53)."""
     tmp = path.with_name(f"{path.name}.tmp{unique_tag()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):  # a person's file copied as it is (`sro design` keeping an edit)
+            tmp.write_bytes(text)
+        else:
+            tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
     except BaseException:  # a Ctrl-C mid-write too
         tmp.unlink(missing_ok=True)

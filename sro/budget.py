@@ -26,6 +26,9 @@ _UNITS = {
     "mtok": ("tokens", 1e6),
     "gtok": ("tokens", 1e9),
 }
+_UNITS |= {alias: _UNITS[unit] for unit, aliases in {  # the spellings people type (`2hours` was refused)
+    "s": ("secs", "second", "seconds"), "m": ("mins", "minute", "minutes"), "h": ("hr", "hrs", "hour", "hours"),
+    "gpu-h": ("gpu-hour", "gpu-hours", "gpuhour", "gpuhours", "gpu-hr", "gpu-hrs")}.items() for alias in aliases}
 _TERM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z-]+)\s*$")
 HELP = "use e.g. 90s, 10m, 2h, 6trials, 8gpu-h or 5Mtok (combine with commas: 2h,20trials)"
 

@@ -372,7 +372,7 @@ def export(
                 _fail(f"cannot write {out}: {f} is a file, not a folder; pass --out a writable file path")
                 return
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(text)
+            out.write_text(text, encoding="utf-8")
         except OSError as e:
             _fail(f"cannot write {out}: {e.strerror or e}; pass --out a writable file path")
             return

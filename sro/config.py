@@ -516,7 +516,9 @@ def read_recipe_file(path: Path, where: str, how: str = EXPORT_HOW) -> dict[str,
     if not path.is_file():
         raise ConfigError(f"{where}: no such file; {how}")
     try:
-        doc = yaml_strict.safe_load(path.read_text())
+        doc = yaml_strict.safe_load(yaml_strict.read(path))
+    except yaml_strict.NotUtf8 as e:
+        raise ConfigError(f"{where}: {e}") from None
     except (OSError, yaml.YAMLError) as e:
         mark = getattr(e, "problem_mark", None)
         at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -586,7 +588,9 @@ def load_project(path: str | os.PathLike[str], trains: bool = True) -> ProjectCo
     if not path.is_file():
         raise ConfigError(f"{path}: no such file; pass the path of a project YAML")
     try:
-        data = yaml_strict.safe_load(path.read_text())
+        data = yaml_strict.safe_load(yaml_strict.read(path))
+    except yaml_strict.NotUtf8 as e:
+        raise ConfigError(f"{path}: {e}") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""

@@ -126,8 +126,8 @@ def _written_space(run_dir: Path) -> RecipeSpace | None:
     if not path.is_file():
         return None
     try:
-        return RecipeSpace.from_yaml(path.read_text())
-    except SpaceError as e:  # not YAML, or not a space
+        return RecipeSpace.from_yaml(yaml_strict.read(path))
+    except (SpaceError, yaml_strict.NotUtf8) as e:  # not UTF-8, not YAML, or not a space
         raise SpaceError(f"{path}: {e}") from None
 
 

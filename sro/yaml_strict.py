@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -52,6 +53,21 @@ class Dumper(yaml.SafeDumper):
 
 for _cls in (UniqueKeyLoader, Dumper):  # the same numbers read and, as strings, quoted
     _cls.add_implicit_resolver(_FLOAT, FLOAT_12, list("-+0123456789."))
+
+
+class NotUtf8(yaml.YAMLError):
+    """A YAML file whose bytes are not UTF-8 text; its message names the first bad byte's line."""
+
+
+def read(path: Path) -> str:
+    """A YAML file's text, decoded as UTF-8 (a byte-order mark allowed) whatever the locale; `NotUtf8` if it
+    is not UTF-8 (a file saved as Latin-1 was a `UnicodeDecodeError` traceback)."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        line = data[: e.start].count(b"\n") + 1
+        raise NotUtf8(f"not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}); save the file as UTF-8") from None
 
 
 def safe_load(text: str) -> Any:

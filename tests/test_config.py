@@ -127,6 +127,9 @@ def test_textworld_unknown_family(micro_project):
 @pytest.mark.parametrize("text,field,value", [
     ("10m", "wall_s", 600.0), ("90s", "wall_s", 90.0), ("2h", "wall_s", 7200.0), ("6trials", "trials", 6),
     ("1trial", "trials", 1), ("8gpu-h", "gpu_h", 8.0), ("5Mtok", "tokens", 5e6),
+    ("2hours", "wall_s", 7200.0), ("1 hour", "wall_s", 3600.0), ("2hrs", "wall_s", 7200.0),
+    ("30mins", "wall_s", 1800.0), ("5 minutes", "wall_s", 300.0), ("45seconds", "wall_s", 45.0),
+    ("2gpu-hours", "gpu_h", 2.0), ("1 GPU-hour", "gpu_h", 1.0),
 ])
 def test_budget_parse(text, field, value):
     assert getattr(Budget.parse(text), field) == value
@@ -502,3 +505,27 @@ def test_exponent_floats_read_as_numbers_in_every_file_a_person_writes(micro_pro
     assert RecipeSpace.from_yaml(space.to_yaml()).to_dict() == space.to_dict()
     path = micro_project("expo", "start_recipes:\n  - {values: {lr: 5e-4, steps: 2}}\n")
     assert load_project(path).start_recipes[0]["values"]["lr"] == 5e-4
+
+
+def test_a_project_saved_in_another_encoding_is_named_with_its_line_and_a_bom_is_read(micro_project):
+    """A project saved as Latin-1 (`# café` in a comment) was a `UnicodeDecodeError` traceback; now a
+    `ConfigError` names the file, the byte and its line, and says to save it as UTF-8. A UTF-8 file with a
+    byte-order mark (as some Windows editors save one) loads as it is."""
+    path = micro_project()
+    text = path.read_text(encoding="utf-8")
+    path.write_bytes(text.encode("utf-8") + "# café\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as e:
+        load_project(path)
+    lines = text.count("\n") + 1
+    assert str(e.value) == f"{path}: not UTF-8 text (byte 0xe9 on line {lines}); save the file as UTF-8"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode("utf-8") + "# café\n".encode("utf-8"))
+    assert load_project(path).name == load_project(micro_project()).name
+
+
+def test_a_recipe_file_saved_in_another_encoding_is_a_config_error(tmp_path):
+    from sro.config import read_recipe_file
+
+    path = tmp_path / "r.yaml"
+    path.write_bytes("project: p\n# réglé\nrecipe: {values: {}}\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"^r\.yaml: not UTF-8 text \(byte 0xe9 on line 2\); save the file as UTF-8$"):
+        read_recipe_file(path, "r.yaml")

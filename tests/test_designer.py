@@ -1062,6 +1062,26 @@ def test_redesigning_over_a_hand_edited_space_keeps_the_edit_and_says_so(tmp_pat
         ["space.yaml", "space.v1.yaml", "space.v2.yaml", "space.v3.yaml", kept.name])
 
 
+def test_a_hand_edit_in_another_encoding_is_kept_byte_for_byte_and_a_search_names_it(tmp_path):
+    """An edit saved as Latin-1 is kept aside as it is (it was a `UnicodeDecodeError` in `sro design`), and the
+    search reading such a space.yaml names the file and the line instead of a traceback."""
+    import sro.search as search_mod
+    from sro.space import SpaceError
+
+    project, run_dir = _math_project(), tmp_path / "runs" / "quickstart"
+    design_space(project, run_dir, log=lambda _: None)
+    path = run_dir / "space.yaml"
+    edited = path.read_bytes() + "# réglé à la main\n".encode("latin-1")
+    path.write_bytes(edited)
+    lines = edited.count(b"\n")
+    with pytest.raises(SpaceError, match=rf"space\.yaml: not UTF-8 text \(byte 0xe9 on line {lines}\)"):
+        search_mod._written_space(run_dir)
+    logs: list[str] = []
+    design_space(project, run_dir, log=logs.append, version=2)
+    (kept,) = run_dir.glob("space.edited-*.yaml")
+    assert kept.read_bytes() == edited and len(logs) == 1
+
+
 def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_path, monkeypatch):
     """The hint after `sro design --runs DIR --budget B` dropped both flags: the copied command searched
     ./runs, ignored the reviewed space and designed another one there."""

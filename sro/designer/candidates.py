@@ -40,9 +40,9 @@ def llm_candidates(project: ProjectConfig, space: RecipeSpace, audit_dir: Path,
                      + json.dumps(trials, default=str)}]
         calls["n"] += 1
         audit_dir.mkdir(parents=True, exist_ok=True)
-        (audit_dir / f"candidates-{calls['n']}-prompt.json").write_text(json.dumps(messages, indent=1))
+        (audit_dir / f"candidates-{calls['n']}-prompt.json").write_text(json.dumps(messages, indent=1), encoding="utf-8")
         content = _ask(_client(project), project, messages)
-        (audit_dir / f"candidates-{calls['n']}-answer.json").write_text(content)
+        (audit_dir / f"candidates-{calls['n']}-answer.json").write_text(content, encoding="utf-8")  # an answer in any script
         try:
             recipes = json.loads(unfenced(content)).get("recipes")
         except (json.JSONDecodeError, AttributeError):

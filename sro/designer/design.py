@@ -51,8 +51,8 @@ def hand_edited(run_dir: Path) -> bool:
     path = run_dir / "space.yaml"
     if not path.is_file():
         return False
-    text = path.read_text()
-    return not any(v.read_text() == text for v in run_dir.glob("space.v*.yaml"))
+    text = path.read_bytes()  # bytes: an edit saved in another encoding is an edit too
+    return not any(v.read_bytes() == text for v in run_dir.glob("space.v*.yaml"))
 
 
 def _keep_edit(run_dir: Path, log: Callable[[str], None]) -> None:
@@ -62,7 +62,7 @@ def _keep_edit(run_dir: Path, log: Callable[[str], None]) -> None:
     path = run_dir / "space.yaml"
     if not hand_edited(run_dir):
         return
-    text = path.read_text()
+    text = path.read_bytes()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     keep, n = run_dir / f"space.edited-{stamp}.yaml", 1
     while keep.exists():

@@ -577,8 +577,8 @@ def design_llm(catalog: Catalog, project: ProjectConfig, audit_dir: Path, space:
     log: dict[str, Any] = {"endpoint": _masked(d.base_url), "model": d.model, "rounds": []}
 
     def save() -> None:
-        (audit_dir / f"{tag}prompt.json").write_text(json.dumps(messages, indent=1))
-        (audit_dir / f"{tag}answer.json").write_text(json.dumps(log, indent=1))
+        (audit_dir / f"{tag}prompt.json").write_text(json.dumps(messages, indent=1), encoding="utf-8")
+        (audit_dir / f"{tag}answer.json").write_text(json.dumps(log, indent=1), encoding="utf-8")
 
     try:
         for round_ in range(2):
@@ -598,7 +598,7 @@ def design_llm(catalog: Catalog, project: ProjectConfig, audit_dir: Path, space:
             log["rounds"][-1]["notes"] = notes
             if space is not None:  # the audit copy says the version it becomes (it said 1 until stop 30)
                 designed.version = space.version + 1
-            (audit_dir / f"{tag}space.yaml").write_text(designed.to_yaml())
+            (audit_dir / f"{tag}space.yaml").write_text(designed.to_yaml(), encoding="utf-8")
             return designed
         raise DesignerFailed("no answer")  # pragma: no cover  (the loop returns or raises)
     except DesignerFailed as e:
