@@ -236,8 +236,9 @@ def design(
 
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs/<name>")]) -> None:
-    """Write RUN_DIR/report.html (Pareto front, hypervolume, learning curves, trial table; opens offline) and
-    RUN_DIR/trials.json (every trial, from the study)."""
+    """Write RUN_DIR/report.html (Pareto front, hypervolume, what moved each objective, curves, trials; offline)
+
+    and RUN_DIR/trials.json (every trial, from the study)."""
     from sro.report import write_report
 
     try:

@@ -1,5 +1,5 @@
-"""`runs/<name>/report.html`: the Pareto front of the domain scores (base model marked), learning curves
-and the trial table — one self-contained file (plotly.js inlined) that opens offline."""
+"""`runs/<name>/report.html`: the Pareto front of the domain scores (base model marked), the hypervolume, which
+parameters moved each objective (`sro.importance`), learning curves and the trial table — one self-contained file (plotly.js inlined) that opens offline."""
 
 from __future__ import annotations
 
@@ -15,9 +15,11 @@ from jinja2 import Template
 from markupsafe import Markup
 
 from evaluators.files import write_whole
+from sro.importance import Importances, parameter_importances
 from sro.ledger import TrialRecord, counted
 from sro.pareto import front_numbers
 from sro.pruning import saved_budget
+from sro.space import RecipeSpace, SpaceError
 from sro import yaml_strict
 
 _PAGE = Template(autoescape=True, source="""<!doctype html>
@@ -36,6 +38,7 @@ model to the end of its held-out scoring</p>
 <h2>Base model (held-out)</h2><p>{{ base_line }}</p>{% if overlap_line %}<p class="note">{{ overlap_line }}</p>{% endif %}
 <h2>Pareto front</h2><p class="note">{{ front_note }}</p>{{ front_div }}
 <h2>Hypervolume</h2><p class="note">{{ hv_note }}</p>{{ hv_div }}{% if pruning_line %}<p class="note">{{ pruning_line }}</p>{% endif %}
+<h2>What moved each objective</h2><p class="note">{{ importance_note }}</p>{{ importance_div }}
 <h2>Learning curves</h2>{{ curve_div }}
 <h2>Trials</h2><p class="note">green rows are Pareto-optimal over all objectives; ✔ marks a trial that
 beats the base model on every benchmark.</p>
@@ -84,8 +87,18 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
 
         hv = hypervolume_history(records, project.objective_directions(), project.reference_point)
     info = {"base_scores": ledger.get("base_scores", {}), "spent": ledger.spent(records),
-            "overlap": ledger.get("overlap", {}), "lower": project.lower_is_better(), "hypervolume": hv}
+            "overlap": ledger.get("overlap", {}), "lower": project.lower_is_better(), "hypervolume": hv,
+            "space": _space(ledger)}
     return data, records, info
+
+
+def _space(ledger) -> RecipeSpace | None:
+    """The study's latest space (for the importances' parameter scales), or None where none can be read (a study
+    of an earlier release, or a space that no longer loads): the importances then read the scales off the trials."""
+    try:
+        return ledger.shared_space()
+    except (SpaceError, yaml.YAMLError):
+        return None
 
 
 def superseded_by(records: Sequence[TrialRecord]) -> dict[int, int]:
@@ -187,6 +200,32 @@ def curve_figure(records: list[TrialRecord]) -> go.Figure:
     return fig
 
 
+def importance_figure(imp: Importances) -> go.Figure:
+    """One bar group per objective: each assessed parameter's fraction of that objective's variance explained by
+    its main effect (`sro.importance`), the parameters ordered by their largest fraction, the largest on top."""
+    order = sorted({k for v in imp.by_objective.values() for k in v},
+                   key=lambda k: max(v.get(k, 0.0) for v in imp.by_objective.values()))
+    fig = go.Figure([go.Bar(y=order, x=[shares.get(k, 0.0) for k in order], orientation="h", name=key,
+                            hovertemplate="%{y}: %{x:.2f} of " + key + "'s variance<extra></extra>")
+                     for key, shares in imp.by_objective.items()])
+    fig.update_layout(barmode="group", xaxis_title="fraction of the objective's variance explained (main effect)",
+                      xaxis_range=[0, 1], height=max(260, 60 + 28 * len(order) * max(1, len(imp.by_objective))),
+                      margin=dict(t=20, l=160), legend=dict(orientation="h", y=1.08, x=0))
+    return fig
+
+
+def importance_note(imp: Importances) -> str:
+    """What the importance figure is made of, or why there is none."""
+    if not imp.by_objective:
+        return f"not estimated: {imp.note}"
+    parts = [f"fANOVA (Optuna's evaluator) over {imp.trials} complete trials; rough below ~20"]
+    if imp.left_out:
+        parts.append(f"left out (not in every complete trial, or one value throughout): {', '.join(imp.left_out)}")
+    if imp.note:
+        parts.append(imp.note)
+    return "; ".join(parts)
+
+
 def _fmt(v: object) -> object:
     if isinstance(v, float):
         return f"{v:.4g}"
@@ -246,6 +285,9 @@ def write_report(run_dir: str | Path) -> Path:
               if set(stated) < {k for k, _ in objectives} else ""))
     hv_note = (f"of the complete trials, objectives in the maximization frame ({negated(objectives)}), reference point "
                f"{[round(v, 4) for v in hv.get('ref_point', [])]}: {how}" if hv.get("trials") else "no complete trial yet")
+    imp = parameter_importances(records, objectives, info.get("space"))
+    importance_div = (importance_figure(imp).to_html(include_plotlyjs=False, full_html=False)
+                      if imp.by_objective else "")
     saved = saved_budget(records)
     spent = info["spent"]
     page = _PAGE.render(
@@ -258,7 +300,7 @@ def write_report(run_dir: str | Path) -> Path:
         overlap_line="; ".join(f"{k}: {v:.0%} of questions also occur in training (other seeds)"
                                for k, v in info["overlap"].items() if v > 0),
         front_div=Markup(front_div), curve_div=Markup(curve_div), hv_div=Markup(hv_div), hv_note=hv_note,
-        front_note=front_note,
+        front_note=front_note, importance_div=Markup(importance_div), importance_note=importance_note(imp),
         pruning_line=(f"pruning stopped {saved['trials']:.0f} trial(s) early, saving {saved['steps']:.0f} training "
                       f"steps (~{saved['seconds']:.0f} s)" if saved["trials"] else ""), header=header, rows=rows)
     out = run_dir / "report.html"
