@@ -799,6 +799,37 @@ def test_llm_answers_outside_the_catalogs_declarations_are_refused_or_mended():
     assert space.param("prox.beta_p").condition is None  # always active under the fixed algorithm
 
 
+def test_the_review_searches_the_batch_switch_only_where_the_batch_grows():
+    """An LLM's space searched `batch_switch_at` and `lr_alpha` with the multiplier fixed at 1 (or left at its
+    default 1): two dimensions that moved nothing. Now they are dropped there, with a note; beside a searched
+    multiplier they get a condition on its values from 2 up (intersected with the answer's own), and a multiplier
+    range that never reaches 2 drops them."""
+    from sro.designer.llm import SpaceAnswer, review
+
+    catalog, project = build_catalog(_math_project()), _math_project()
+    lr = {"name": "lr", "kind": "float", "low": 1e-5, "high": 1e-3, "log": True, "why": "x"}
+    switch = {"name": "batch_switch_at", "kind": "float", "low": 0.5, "high": 0.9, "why": "x"}
+    alpha = {"name": "lr_alpha", "kind": "categorical", "choices": [0.0, 0.5], "why": "x"}
+
+    def check(params, fixed=None):
+        space, notes = review(SpaceAnswer.model_validate({"params": params, "fixed": fixed or {}}), catalog, project)
+        return {p.name: p.condition for p in space.params}, notes
+
+    names, notes = check([lr, switch, alpha])
+    assert names == {"lr": None}, names
+    assert ("dropped 'batch_switch_at': the batch grows only at a batch_multiplier of 2 or more, and the space "
+            "leaves it at its default batch_multiplier 1") in notes, notes
+    names, notes = check([lr, switch], fixed={"batch_multiplier": 1})
+    assert names == {"lr": None} and any("the space fixes batch_multiplier 1" in n for n in notes), notes
+    names, _ = check([lr, switch], fixed={"batch_multiplier": 3})
+    assert names == {"lr": None, "batch_switch_at": None}
+    mult = {"name": "batch_multiplier", "kind": "int", "low": 1, "high": 3, "why": "x"}
+    names, _ = check([lr, mult, switch, {**alpha, "when": {"batch_multiplier": [1, 3]}}])
+    assert names["batch_switch_at"] == {"batch_multiplier": [2, 3]} and names["lr_alpha"] == {"batch_multiplier": [3]}
+    names, notes = check([lr, {**mult, "high": 1}, switch])
+    assert "batch_switch_at" not in names and any(n.startswith("dropped 'batch_switch_at'") for n in notes), notes
+
+
 def test_the_review_keeps_knobs_to_their_readers_regime_and_ranges():
     """A review's cases (stop 33), each of which the review let through: an answer's own condition on the
     algorithm named only algorithms that ignore the knob (`prox.beta_p when algorithm in [grpo]`); with no

@@ -350,6 +350,15 @@ def config_value(cfg: GRPOConfig, key: str) -> Any:
     raise KeyError(f"no trainer setting {key!r}")
 
 
+ACTS_WHEN: dict[str, tuple[str, int, str]] = {
+    "batch_switch_at": ("batch_multiplier", 2, "the batch grows only at a batch_multiplier of 2 or more"),
+    "lr_alpha": ("batch_multiplier", 2, "the rate follows the batch only when it grows, at a batch_multiplier of 2 or more"),
+}
+"""Knobs that do something only when another whole-number setting is at least a threshold: knob → (that
+setting, the threshold, why). The designers search them only there (an LLM's space searched `batch_switch_at` with
+the multiplier fixed at 1, a dimension that moved nothing)."""
+
+
 ONE_PASS = ("staleness", "num_iterations", "minibatches", "distill.weight", "dynamic_sampling", "overlong_buffer",
             "eps_low", "eps_high")
 """Recipe keys the multi-turn trainer refuses away from their defaults (`multiturn.unsupported_settings`): it

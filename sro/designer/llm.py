@@ -31,6 +31,8 @@ from sro.designer.rules import project_fixed, trainer_keys
 from sro.executor import SOURCE_PREFIX
 from sro.recipe import MIX_PREFIX, Recipe
 from sro.space import Param, RecipeSpace, Simplex, SpaceError
+from trainers.algorithms import ACTS_WHEN, config_value
+from trainers.grpo import GRPOConfig
 
 FIXED_OK = {"algorithm", "max_new_tokens"}
 
@@ -197,6 +199,7 @@ def review(answer: SpaceAnswer, catalog: Catalog, project: ProjectConfig,
     both = sorted({p.name for p in params} & set(fixed))
     if both:  # the searched value won silently
         raise ValueError(f"{', '.join(both)}: both searched (params) and fixed; keep one of the two")
+    params = _only_where_they_act(params, fixed, notes)
     params = _settle_conditions(params, fixed, notes)
     if not params and not answer.simplexes:  # an empty space was accepted as the llm's design (a review, stop 37);
         # checked after the drops above: `prox.beta_p` beside grpo alone was written as an empty space (stop 53)
@@ -279,6 +282,42 @@ def _only_what_the_algorithms_read(params: list[Param], fixed: dict[str, Any], c
         else:
             kept[key] = v
     return out, kept
+
+
+def _only_where_they_act(params: list[Param], fixed: dict[str, Any], notes: list[str]) -> list[Param]:
+    """Each `ACTS_WHEN` knob searched only where it does something: with its setting fixed (or left at the
+    trainer's default) below the threshold it is dropped; with the setting searched it gets a condition on the
+    setting's values from the threshold up (`_settle_conditions` then intersects it with any the answer gave,
+    and drops the knob if the setting's range never reaches the threshold)."""
+    by_name = {p.name: p for p in params}
+    kept = []
+    for p in params:
+        if p.name not in ACTS_WHEN:
+            kept.append(p)
+            continue
+        setting, least, why = ACTS_WHEN[p.name]
+        parent = by_name.get(setting)
+        if parent is None:
+            value = fixed.get(setting, config_value(GRPOConfig(), setting))
+            if isinstance(value, (int, float)) and value < least:
+                notes.append(f"dropped {p.name!r}: {why}, and the space "
+                             + ("fixes" if setting in fixed else "leaves it at its default") + f" {setting} {value!r}")
+                continue
+        else:
+            can = (parent.choices if parent.choices is not None else
+                   list(range(int(parent.low), int(parent.high) + 1)) if parent.kind == "int" else None)
+            want = (p.condition or {}).get(setting)
+            if want is not None:  # the answer's own values, those below the threshold left out
+                acting = [v for v in want if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= least]
+                if not acting:
+                    notes.append(f"dropped {p.name!r}: {why}, and its condition names {setting} {want} only")
+                    continue
+                p.condition[setting] = acting  # type: ignore[index]  # outside the range: `_settle_conditions`
+            elif can is not None:
+                acting = [v for v in can if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= least]
+                p.condition = {**(p.condition or {}), setting: acting or [least]}  # none: `_settle_conditions` drops it
+        kept.append(p)
+    return kept
 
 
 def _settle_conditions(params: list[Param], fixed: dict[str, Any], notes: list[str]) -> list[Param]:
