@@ -217,3 +217,31 @@ def test_the_rings_of_the_pareto_front_hover_with_the_trial_and_its_scores():
     trials, ring = (next(t for t in fig.data if t.name == n) for n in ("trials", "Pareto front"))
     assert list(ring.text) == ["trial 2, cost 5s", "trial 0, cost 3s"]  # in the order of x, as the line
     assert ring.hovertemplate == trials.hovertemplate == "%{text}<br>%{x:.3f}, %{y:.3f}<extra></extra>"
+
+
+# ---- `sro show`'s caps and a file for a run folder (a coverage review, stop 54) ---------------------------
+
+# --- 8. cli.py:305-311, 325-328: `sro show` lists at most 5 failures, then a count; and pruning's savings ----
+
+def test_show_lists_five_failures_then_a_count_and_what_pruning_saved(monkeypatch):
+    data = {"name": "many", "objectives": [{"a/b": "max"}]}
+    failed = [TrialRecord(i, "failed", Recipe({"lr": 1e-3 * (i + 1)}), message=f"ValueError: bad {i}\ntrace")
+              for i in range(7)]
+    pruned = TrialRecord(7, "pruned", Recipe({"lr": 9e-3}), scores={"a/b": 0.1},
+                         cost={"wall_s": 3.0, "saved_steps": 12.0, "saved_s": 40.0})
+    info = {"base_scores": {}, "spent": Spent(), "overlap": {}, "lower": [], "hypervolume": {}}
+    lines = _shown(monkeypatch, 200, data, [*failed, pruned], info)
+    said = " ".join(" ".join(lines).split())
+    assert [ln for ln in lines if " failed: " in ln] == [f"trial {i} failed: ValueError: bad {i}" for i in range(5)]
+    assert "... and 2 more failed trials; `sro report anywhere` lists every one" in said
+    assert "pruning stopped 1 trial(s) early, saving 12 training steps (~40 s)" in said
+
+
+# --- 9. report.py:60-61: `sro show FILE` says it is a file, in one line, exit 2 ----------------------------
+
+def test_show_and_report_on_a_file_say_it_is_a_file(tmp_path):
+    f = tmp_path / "trials.json"
+    f.write_text("[]")
+    for verb in ("show", "report"):
+        r = CliRunner().invoke(cli.app, [verb, str(f)])
+        assert r.exit_code == 2 and f"{f} is a file; pass a run folder, runs/<name>" in " ".join(r.output.split())
