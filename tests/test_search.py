@@ -314,6 +314,13 @@ def test_search_refuses_mixture_weights_no_trial_could_train_before_the_base_mod
      "params.algorithm.choices: unknown algorithm 'ppo'; known: cispo, "),
     ({"params": {"algorithm": {"kind": "categorical", "choices": ["proximal_kl", "proas"]}}},
      "params.algorithm.choices: proximal_kl is not declared for multi-turn domains"),
+    # a dimension that does nothing at the space's fixed or default setting (stop 54)
+    ({"params": {"batch_switch_at": {"kind": "float", "low": 0.5, "high": 0.9}}},
+     "params.batch_switch_at does nothing here: the batch grows only at a batch_multiplier of 2 or more, and the "
+     "space leaves it at its default 1; search batch_multiplier too, fix it at 2 or more, or remove batch_switch_at"),
+    ({"params": {"lr_alpha": {"kind": "categorical", "choices": [0.0, 0.5]}}, "fixed": {"batch_multiplier": 1}},
+     "params.lr_alpha does nothing here: the rate follows the batch only when it grows, at a batch_multiplier of 2 "
+     "or more, and the space fixes it at 1"),
 ])
 def test_search_refuses_a_space_key_no_trial_reads_before_the_base_model(tmp_path, monkeypatch, space, needle):
     """A hand-edited space.yaml with a misspelt key: `sro search` names the file, the key and the nearest
