@@ -386,6 +386,10 @@ def export(
 def train(
     recipe: Annotated[Path, typer.Argument(metavar="RECIPE", help="a recipe YAML written by `sro export`")],
     runs: Annotated[Path, typer.Option(help="folder for the model cache")] = Path("runs"),
+    out: Annotated[Optional[Path], typer.Option(
+        help="save the trained model and tokenizer as this folder (save_pretrained, with the recipe as "
+             "sro-recipe.yaml), one that `base_model:` and from_pretrained load")] = None,
+    force: Annotated[bool, typer.Option("--force", help="replace --out if it exists")] = False,
 ) -> None:
     """Run one recipe outside a search and print its held-out scores next to the base model's."""
     from sro.config import ConfigError, project_from_data, read_recipe_file
@@ -398,6 +402,7 @@ def train(
         rec = Recipe.from_dict(doc["recipe"])
         _check_recipe_keys(rec, proj, recipe)
         _check_runs(runs, study=False)
+        _check_model_out(out, force)  # before any training: a mistyped --out must not cost the run
         # a bad recipe fails here, before the base model is scored, naming the file and the key
         trainer_config(rec, proj.seed, None, where=str(recipe), multi_turn=proj.multi_turn)
         from trainers.models import ModelLoadError, pick_device
@@ -419,8 +424,21 @@ def train(
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
         console.print("scoring the base model on the held-out benchmarks ...")
         base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{m}[/]", highlight=False))
-        out = run_trial(rec, ctx, on_step=lambda s, m: console.print(
-            f"step {s}: reward {m.get('reward', float('nan')):.3f}", highlight=False) if s % 5 == 0 else None)
+        saved: list[Path] = []
+
+        def keep(model, tok) -> None:
+            from trainers.models import save_model
+
+            try:
+                saved.append(save_model(model, tok, out, recipe.read_text(encoding="utf-8")))
+            except OSError as e:
+                raise ConfigError(f"cannot save the trained model as {out}: {e.strerror or e}; pass --out a "
+                                  "writable folder path") from None
+            console.print(f"saved the trained model as {out}", highlight=False)
+
+        result = run_trial(rec, ctx, on_step=lambda s, m: console.print(
+            f"step {s}: reward {m.get('reward', float('nan')):.3f}", highlight=False) if s % 5 == 0 else None,
+            on_trained=keep if out is not None else None)
     except (*_user_errors(), TrialFailed) as e:
         _fail(str(e))
         return
@@ -428,17 +446,33 @@ def train(
     t = Table(title=f"recipe {rec.key}")
     for h in ("benchmark", "base", "trained", *(["in its search"] if recorded else [])):
         t.add_column(h, justify="right")
-    for k, v in out.scores.items():
+    for k, v in result.scores.items():
         was = recorded.get(k)
         t.add_row(k, f"{base[k]:.3f}", f"{v:.3f}", *([f"{was:.3f}" if isinstance(was, (int, float)) else "-"]
                                                      if recorded else []))
     console.print(t)
     # an SFT stage the recipe did not run printed as a row of zeros (a review, stop 38)
-    shown = {k: v for k, v in out.metrics.items() if not (k.startswith("sft_") and not out.metrics.get("sft_steps"))}
+    shown = {k: v for k, v in result.metrics.items() if not (k.startswith("sft_") and not result.metrics.get("sft_steps"))}
     if shown:
         console.print("  ".join(f"{k}={v:.4g}" for k, v in shown.items()), highlight=False)
-    for note in out.notes:
+    for note in result.notes:
         console.print(f"[yellow]{note}[/]", highlight=False)
+    if saved:
+        console.print(f"model: {saved[0]} (`base_model: {saved[0].resolve()}` in a project loads it)", highlight=False)
+
+
+def _check_model_out(out: Path | None, force: bool) -> None:
+    """`sro train --out`: a folder path that is free, or `--force`d, checked before anything trains."""
+    from sro.config import ConfigError
+
+    if out is None:
+        return
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file; pass a folder path for the model")
+    if out.exists() and any(out.iterdir()) and not force:  # another model, or a project folder
+        raise ConfigError(f"--out {out}: exists and is not empty; pass --force to replace it, or another --out")
+    if (f := next((p for p in out.parents if p.exists()), None)) is not None and not f.is_dir():
+        raise ConfigError(f"--out {out}: {f} is a file, not a folder; pass a writable folder path")
 
 
 def _check_recipe_keys(rec, proj, path: Path) -> None:

@@ -464,18 +464,21 @@ def _step_callback(curve: list[dict[str, float]], model, tok,
 
 def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = None,
               on_step: Callable[[int, dict[str, float]], bool | None] | None = None,
-              on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
+              on_checkpoint: Callable[[int, object, object], None] | None = None,
+              on_trained: Callable[[object, object], None] | None = None) -> TrialOutcome:
     """Train the base model with `recipe`, then score it; raise `TrialFailed` if training diverges.
 
     `on_checkpoint(step, model, tokenizer)` runs after every training step (after `on_step`); it may
-    evaluate the policy and stop the trial by raising (`sro.pruning.Pruner.hook` raises `TrialPruned`)."""
+    evaluate the policy and stop the trial by raising (`sro.pruning.Pruner.hook` raises `TrialPruned`).
+    `on_trained(model, tokenizer)` runs once training has ended well, before the held-out scoring (`sro train
+    --out` saves the model there, so a failure while scoring does not lose it)."""
     cfg = trainer_config(recipe, ctx.project.seed, max_seconds, multi_turn=ctx.project.multi_turn,
                          rollout_backend=ctx.project.runtime.rollout_backend)
     t0 = time.monotonic()
     project = ctx.project
     model, tok = load_policy(ctx.base_path, project.runtime.device)
     if any(getattr(t, "multi_turn", False) for ts in ctx.tasks.values() for t in ts):
-        return run_multi_turn_trial(recipe, ctx, cfg, model, tok, t0, on_step, on_checkpoint)
+        return run_multi_turn_trial(recipe, ctx, cfg, model, tok, t0, on_step, on_checkpoint, on_trained)
     try:  # the recipe's processing operators (proc.*) filter what the mixture draws
         keep = item_filter({**recipe.fixed, **recipe.values}, ctx.pass_rates)
     except ValueError as e:
@@ -505,6 +508,8 @@ def run_trial(recipe: Recipe, ctx: SearchContext, max_seconds: float | None = No
     metrics.update(_collapse(trainer, cfg, cost, curve))
     # a source the recipe's filters emptied was dropped and its share drawn from the others: when, in prompts
     metrics.update({f"source_exhausted/{key}": float(at) for key, at in mixture.exhausted.items()})
+    if on_trained:
+        on_trained(model, tok)
     notes = HeldOutNotes()
     scores = ctx.score(model, tok, notes=notes)
     metrics.update(notes.metrics(multi_turn=False))
@@ -546,7 +551,8 @@ def _collapse(trainer: GRPOTrainer | MultiTurnTrainer, cfg: GRPOConfig, cost: Ca
 
 def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, model, tok, t0: float,
                          on_step: Callable[[int, dict[str, float]], bool | None] | None = None,
-                         on_checkpoint: Callable[[int, object, object], None] | None = None) -> TrialOutcome:
+                         on_checkpoint: Callable[[int, object, object], None] | None = None,
+                         on_trained: Callable[[object, object], None] | None = None) -> TrialOutcome:
     """An agent project (textworld or env sources): the multi-turn trainer plays groups of episodes
     (`trainers.multiturn`; algorithm `proas` shapes their credit), then every benchmark is scored."""
     tasks = [t for ts in ctx.tasks.values() for t in ts]
@@ -565,6 +571,8 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
 
     # the failure clock, as in a single-turn trial (until stop 53 only a non-finite loss failed an agent's trial)
     collapsed = _collapse(trainer, mcfg.base, cost, curve)
+    if on_trained:
+        on_trained(model, tok)
     notes = HeldOutNotes()
     scores = ctx.score(model, tok, history=mcfg.history, notes=notes)  # the prompt format it trained on
     metrics = {"episodes": float(trainer.episodes), "env_errors": float(len(trainer.failures)), **collapsed,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -402,3 +403,29 @@ def test_a_plain_lm_whose_tokenizer_starts_texts_with_bos_gets_it_in_its_prompts
     assert prompt == "<s>Calculate 1 + 2." + PLAIN_SUFFIX
     ids = tok(prompt, add_special_tokens=False)["input_ids"]
     assert ids[0] == tok.bos_token_id and ids.count(tok.bos_token_id) == 1
+
+
+def test_save_model_replaces_a_folder_only_with_a_whole_one(tmp_path):
+    """`sro train --out`: the model is written beside the folder and renamed into place; a save that fails half
+    way (a full disk) leaves the earlier model where it was and no temporary folder behind."""
+    from trainers.models import save_model
+
+    class Part:
+        def __init__(self, name: str, fail: bool = False) -> None:
+            self.name, self.fail = name, fail
+
+        def save_pretrained(self, folder) -> None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / self.name).write_text("x")
+            if self.fail:
+                raise OSError(28, "No space left on device")
+
+    out = tmp_path / "models" / "m"
+    assert save_model(Part("config.json"), Part("tokenizer.json"), out, "recipe: {}\n") == out
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "sro-recipe.yaml", "tokenizer.json"]
+    (out / "config.json").write_text("first")
+    with pytest.raises(OSError, match="No space left"):
+        save_model(Part("config.json"), Part("tokenizer.json", fail=True), out)
+    assert (out / "config.json").read_text() == "first" and [p.name for p in out.parent.iterdir()] == ["m"]
+    save_model(Part("config.json"), Part("vocab.json"), out)  # a whole one replaces it
+    assert sorted(p.name for p in out.iterdir()) == ["config.json", "vocab.json"]

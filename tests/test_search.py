@@ -103,9 +103,15 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     recipe = tmp_path / "exported" / "recipe.yaml"  # --out creates the folder
     r = run_here("export", str(runs / "micro"), "--trial", "1", "--out", str(recipe))
     assert r.exit_code == 0, r.output[-3000:]
-    r = run("train", str(recipe), "--runs", str(runs), cwd=tmp_path)
+    model_dir = tmp_path / "models" / "trained"  # `--out`: the trained model kept, as a folder that loads
+    r = run("train", str(recipe), "--runs", str(runs), "--out", str(model_dir), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "arithmetic/add" in r.stdout and "base" in r.stdout
+    assert f"model:{model_dir}" in "".join(r.stdout.split())  # rich folds a long path
+    _trained_model_is_kept(model_dir, recipe, runs)
+    r = run_here("train", str(recipe), "--runs", str(runs), "--out", str(model_dir))  # not replaced unasked
+    assert r.exit_code == 2 and "exists and is not empty; pass --force" in r.stderr
+    assert "scoring the base model" not in r.stdout
     r = run_here("train", str(project))  # a project file is not a recipe
     assert r.exit_code == 2 and "not a recipe file" in r.stderr
     # a bad recipe is refused in one line, before the base model is scored (the first in a subprocess too)
@@ -301,6 +307,23 @@ def test_search_refuses_mixture_weights_no_trial_could_train_before_the_base_mod
     flat = " ".join(r.stderr.split())
     assert r.exit_code == 2 and f"error: {space}: mixture weights" in flat and "must be numbers >= 0 that sum to 1" \
         in flat, r.output[-2000:]
+
+
+def _trained_model_is_kept(folder: Path, recipe: Path, runs: Path) -> None:
+    """`sro train --out`'s folder: a model folder SRO and transformers load, its weights trained away from the
+    base model's, the recipe that trained it beside them, and nothing temporary left in its parent."""
+    import torch
+
+    from trainers.models import load_policy, not_a_model_folder
+
+    assert not_a_model_folder(folder) is None, sorted(p.name for p in folder.iterdir())
+    assert (folder / "sro-recipe.yaml").read_text(encoding="utf-8") == recipe.read_text(encoding="utf-8")
+    assert [p.name for p in folder.parent.iterdir()] == [folder.name]
+    (base,) = [p for p in (runs / ".cache").glob("tiny-*") if p.is_dir() and not_a_model_folder(p) is None]
+    trained, _ = load_policy(str(folder), "cpu")
+    start, _ = load_policy(str(base), "cpu")
+    moved = [not torch.equal(a, b) for a, b in zip(trained.state_dict().values(), start.state_dict().values())]
+    assert len(moved) == len(start.state_dict()) and any(moved)
 
 
 @pytest.mark.parametrize("space, needle", [

@@ -225,3 +225,36 @@ def load_policy(name_or_path: str | os.PathLike[str], device: str = "auto", trai
     if model.generation_config is not None:
         model.generation_config.pad_token_id = tok.pad_token_id
     return model, tok
+
+
+def save_model(model, tokenizer, folder: Path, recipe_text: str | None = None) -> Path:
+    """Save a trained policy and its tokenizer (`save_pretrained`) as `folder`, a model folder that `base_model:`
+    and `from_pretrained` load, with the recipe that trained it as `sro-recipe.yaml` beside them. Written to a
+    temporary folder beside it and renamed into place, so a kill or a full disk never leaves half a model under
+    the name; an existing `folder` is replaced only once the new one is whole."""
+    import shutil
+
+    from transformers.utils import logging as hf_logging
+
+    from evaluators.files import unique_tag, write_whole
+
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = folder.with_name(f"{folder.name}.tmp{unique_tag()}")
+    old = folder.with_name(f"{folder.name}.old{unique_tag()}")
+    try:
+        hf_logging.disable_progress_bar()
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        if recipe_text is not None:
+            write_whole(tmp / "sro-recipe.yaml", recipe_text)
+        if folder.exists():
+            folder.rename(old)
+        tmp.rename(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if old.exists() and not folder.exists():
+            old.rename(folder)  # the earlier model back where it was
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+    return folder
