@@ -493,7 +493,9 @@ def _mistyped(config_cls: type, config: dict[str, Any]) -> list[tuple[str, Any]]
 def _check_jsonl(spec: SourceSpec) -> None:
     path = Path(spec.target)
     if not path.is_file():
-        raise SourceSpecError(f"no such file {spec.target!r}; paths are relative to the project YAML", "jsonl")
+        raise SourceSpecError(f"no such file {spec.target!r} (a relative path is read from the project YAML's folder; "
+                              "a recipe from `sro export` keeps the absolute paths of the machine it ran on: copy the "
+                              "file there, or edit the path)", "jsonl")
     rows = 0
     shape = '(each line is one {"question": ..., "answer": ...} object)'
     try:

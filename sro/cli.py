@@ -194,13 +194,14 @@ def design(
     """Design PROJECT's recipe space and write runs/<name>/space.yaml for review; `sro search` then uses it."""
     from sro.budget import Budget
     from sro.config import ConfigError, load_project
-    from sro.designer.design import design_space, last_version
-    from sro.executor import SearchContext
-    from sro.search import _written_space
 
     try:
         proj = load_project(project, trains=False)  # designing trains nothing: a GPU project designs on a laptop
-        b = Budget.parse(budget if budget is not None else proj.budget)
+        b = Budget.parse(budget if budget is not None else proj.budget)  # before the seconds of importing torch
+        from sro.designer.design import design_space, last_version
+        from sro.executor import SearchContext
+        from sro.search import _written_space
+
         _check_runs(runs)
         if (why := proj.designer.missing_key()) is not None:
             raise ConfigError(f"{project}: {why}")
@@ -249,19 +250,34 @@ def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs
     console.print(f"report: {out}")
 
 
+def _over(t: Table, con: Console) -> int:
+    """How many characters `t` is wider than `con` even with its text wrapped at every space (0: it fits)."""
+    return max(0, con.measure(t, options=con.options.update_width(10_000)).minimum - con.width)
+
+
 def _wide(t: Table, con: Console) -> bool:
     """Whether `t` cannot fit `con` even with its text wrapped at every space."""
-    return con.measure(t, options=con.options.update_width(10_000)).minimum > con.width
+    return _over(t, con) > 0
 
 
 def _narrow(t: Table, con: Console) -> None:
     """Fit `t` to a terminal narrower than it: its number columns (`no_wrap`, never split: at 40 columns 0.950
-    was 0.9 over 50, a review at stop 53) fold their headers down to their numbers' width, then the cells lose
-    their padding, so that rich, which narrows only the text columns, leaves them some room (not none)."""
-    if _wide(t, con):
-        for c in t.columns:
-            if c.no_wrap:
-                c.max_width = max(len(str(cell)) for cell in (*c.cells, "1234"))  # a header: 4 characters a line
+    was 0.9 over 50, a review at stop 53) fold their headers, the widest header first and only by what the
+    table is too wide (folding every header to its numbers' width made `trial` `tria/l` at 80 columns in a
+    table that fitted with one header folded: a walkthrough, stop 54), at most down to their numbers' width;
+    then the cells lose their padding, so that rich, which narrows only the text columns, leaves them some room."""
+    cols = [c for c in t.columns if c.no_wrap]
+    floor = {id(c): max(len(str(cell)) for cell in (*c.cells, "1234")) for c in cols}  # a header: 4 characters a line
+
+    def width(c) -> int:
+        return c.max_width if c.max_width is not None else len(str(c.header))
+
+    while (over := _over(t, con)) and cols:
+        c = max(cols, key=lambda c: width(c) - floor[id(c)])
+        if width(c) <= floor[id(c)]:
+            break
+        # half its header at least, so that a fold leaves two even lines, not `parity_heldou` over `t`
+        c.max_width = max(floor[id(c)], min(width(c) - over, -(-len(str(c.header)) // 2)))
     if _wide(t, con):
         t.padding = (0, 0)
 

@@ -141,8 +141,10 @@ class SearchContext:
         for key, bench in benchmarks.items():
             distinct = 0 if getattr(bench.task, "multi_turn", False) else len(bench.questions())  # games: apart
             if 0 < distinct < len(bench.items):  # a generator's problem space smaller than the size: repeats weigh
-                log(f"{key}: {len(bench.items)} items but {distinct} distinct questions (the generator's problem "
-                    "space is small); repeated ones weigh in its score more than once")  # (a review, stop 37)
+                why = ("its file repeats questions" if hasattr(bench.task, "n_items") else
+                       "the generator's problem space is small")  # a JSONL file's own repeats were blamed on a generator
+                log(f"{key}: {len(bench.items)} items but {distinct} distinct questions ({why}); repeated ones weigh "
+                    "in its score more than once")  # (a review, stop 37)
             if overlap[key] > 0:
                 log(f"{key}: {overlap[key]:.0%} of its questions also occur in training streams (disjoint seeds, "
                     "small problem space); `decontaminate: true` excludes them from training")

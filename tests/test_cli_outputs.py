@@ -206,6 +206,29 @@ def test_a_narrow_terminal_never_splits_a_number_and_keeps_the_state(monkeypatch
     assert state == "complete failed complete", "\n".join(lines)
 
 
+def test_at_80_columns_only_the_headers_the_fit_needs_fold():
+    """Every number column's header folded to its numbers' width once the table was too wide: at 80 columns
+    `trial` read `tria/l` and `front` `fron/t` in a table that fitted with one header folded (a walkthrough, stop
+    54). Now the widest header folds first, by what the table lacks, and the others stay whole."""
+    from rich.table import Table
+
+    t = Table()
+    headers = ["trial", "state", "gcd/gcd_heldout", "parity/parity_heldout", "cost s", "front", "beats"]
+    for i, h in enumerate(headers):
+        t.add_column(h, justify="right", no_wrap=i != 1)
+    for row in (["0", "complete", "0.000", "1.000", "20", "*", ""], ["1", "interrupted", "-", "-", "36", "", ""]):
+        t.add_row(*row)
+    con = rich.console.Console(file=io.StringIO(), width=80)
+    cli._narrow(t, con)
+    con.print(t)
+    lines = con.file.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines), "\n".join(lines)
+    header = " ".join(" ".join(line.replace("┃", " ").split()) for line in lines if line.startswith("┃"))
+    for whole in ("trial", "state", "gcd/gcd_heldout", "cost s", "front", "beats"):
+        assert whole in header, "\n".join(lines)
+    assert "parity/parity_heldout" not in header and [c.max_width for c in t.columns].count(None) == 6
+
+
 # ---- 7. the front plot's hover --------------------------------------------------------------------------
 
 

@@ -305,13 +305,18 @@ def test_an_hf_id_loads_from_the_local_cache_when_the_hub_is_out_of_reach(tmp_pa
 
     monkeypatch.setattr(huggingface_hub, "model_info", unknown)
     models.hub_offline.cache_clear()
-    with pytest.raises(ModelLoadError, match=r"sro-test/typo: no such model on the hub .*check the id"):
+    with pytest.raises(ModelLoadError, match=r"sro-test/typo: no such model on the hub .*check the id.*no folder "
+                                             r"sro-test/typo was found either"):
         load_policy("sro-test/typo", "cpu")
     monkeypatch.setattr(constants, "is_offline_mode", lambda: True)  # HF_HUB_OFFLINE: the hub is not asked
     models.hub_offline.cache_clear()
     assert models.hub_offline("sro-test/tiny") is True
     with pytest.raises(ModelLoadError, match="sro-test/typo: not in the local HF cache .* HF_HUB_OFFLINE is set"):
         models.hub_offline("sro-test/typo")
+    # an id that may have been meant as a folder (`models/my-sft`, no ./): each refusal says none was found
+    with pytest.raises(ModelLoadError, match=re.escape("; no folder models/my-sft was found either (a local folder is "
+                                                       "./models/my-sft, read from the project's folder)")):
+        models.hub_offline("models/my-sft")
     models.hub_offline.cache_clear()
 
 

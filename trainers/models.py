@@ -93,12 +93,15 @@ def hub_offline(model_id: str) -> bool:
     except HFValidationError:  # `checkpoints/qwen/final` (a folder without ./ that does not exist): a traceback
         raise ModelLoadError(f"{model_id}: no such folder (a relative path is read from the project's folder) and "
                              "not an HF model id (org/name); give a folder that exists, or the model's id") from None
+    # `models/my-sft` (no ./) that is no folder is read as a hub id: say so, or the hub's answer misleads (a walkthrough)
+    folder = (f"; no folder {model_id} was found either (a local folder is ./{model_id}, read from the project's "
+              "folder)")
     if constants.is_offline_mode():
         if cached:
             return True
         raise ModelLoadError(f"{model_id}: not in the local HF cache ({constants.HF_HUB_CACHE}) and HF_HUB_OFFLINE "
                              f"is set; download it where the hub is reachable (`hf download {model_id}`) into "
-                             "that cache, or give a local model folder")
+                             f"that cache, or give a local model folder{folder}")
     try:
         huggingface_hub.model_info(model_id, timeout=10)
     except GatedRepoError:
@@ -106,7 +109,7 @@ def hub_offline(model_id: str) -> bool:
                              "here (`hf auth login`, or set HF_TOKEN)") from None
     except RepositoryNotFoundError:
         raise ModelLoadError(f"{model_id}: no such model on the hub (or a private one: log in with `hf auth "
-                             "login`); check the id (org/name), or give a local folder as ./path") from None
+                             f"login`); check the id (org/name), or give a local folder as ./path{folder}") from None
     except HfHubHTTPError:
         return False  # the hub answers, with another error: transformers says what it is
     except Exception as e:  # noqa: BLE001 -- the network's own errors (DNS, refused, timeout) have no common base
@@ -116,7 +119,7 @@ def hub_offline(model_id: str) -> bool:
                              f"{str(e).splitlines()[0] if str(e) else 'no answer'}) and the model is not in the "
                              f"local HF cache ({constants.HF_HUB_CACHE}); download it where the hub is reachable "
                              f"(`hf download {model_id}`) and copy that cache here, or save it with "
-                             "save_pretrained() and give its folder as ./path") from None
+                             f"save_pretrained() and give its folder as ./path{folder}") from None
     return False
 
 
