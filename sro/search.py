@@ -511,7 +511,10 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     history = ledger.records()
     done = [r for r in history if r.finished]
     if done:
-        console.print(f"resuming {run_dir}: {len(done)} finished trial(s) kept, none will be repeated")
+        again = {r.recipe.key for r in history if r.state in ("interrupted", "stopped")} - {
+            r.recipe.key for r in history if r.settled} - set(crashed(history))
+        console.print(f"resuming {run_dir}: {len(done)} finished trial(s) kept, none will be repeated"
+                      + (f"; {len(again)} interrupted or stopped trial(s) run again first" if again else ""))
     reason = budget.exhausted(ledger.spent().finished_only())  # others' running trials: the loop waits on them
     if reason:
         console.print(f"budget {budget} already spent ({reason}); raise --budget to search further")
@@ -630,6 +633,11 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     progress.console.print(f"[yellow]recipe {key} was interrupted {n} times by its process ending "
                                            "(out of memory? a crash?); it is not run again[/]")
             recipe: Recipe | None = _retry(records, space, budget.remaining_wall_s(spent))
+            if recipe is not None:  # a resume ran an interrupted trial's recipe again without a word (a walkthrough)
+                was = [r for r in records if r.recipe.key == recipe.key and r.state in ("interrupted", "stopped")]
+                progress.console.print(f"running again the recipe of trial {was[-1].number} ({was[-1].state}: "
+                                       + ("its worker stopped before it finished" if was[-1].state == "interrupted"
+                                          else "the budget cut its training") + ")", highlight=False)
             if recipe is None and (recipe := next_start(starts, {r.recipe.key for r in records})) is not None:
                 progress.console.print(f"start recipe {starts.index(recipe) + 1} of {len(starts)} "
                                        "(the project's start_recipes)")

@@ -476,3 +476,23 @@ def test_a_space_another_worker_published_during_the_design_wins(tmp_path, monke
     assert got.to_yaml() == theirs.to_yaml() and ledger.shared_space().to_yaml() == theirs.to_yaml()
     assert RecipeSpace.from_yaml((search.run_dir / "space.yaml").read_text()).version == 2
     assert "another worker published the study's space first; using it" in console.export_text()
+
+
+def test_a_resume_says_it_runs_an_interrupted_trials_recipe_again(tmp_path, monkeypatch):
+    """The resume said "none will be repeated" and then trained the interrupted trial's recipe again without a
+    word, so the study seemed to hold the same recipe twice (a walkthrough, stop 54)."""
+    search = Search(tmp_path, monkeypatch, "again")
+    (first,) = search.recipes(1)
+    search.ledger().start(first, RecipeSpace.from_yaml(SPACE))
+    with monkeypatch.context() as m:
+        m.setattr(ledger_mod, "_alive", lambda pid, started=None: False)  # its worker reads as dead
+        search.ledger().recover()
+    search("1trials")
+    said = " ".join(search.printed.split())
+    assert "running again the recipe of trial 0 (interrupted: its worker stopped before it finished)" in said
+    assert search.ran[0].key == first.key
+    done = search("2trials")
+    said = " ".join(search.printed.split())
+    assert "1 finished trial(s) kept, none will be repeated" in said and "run again first" not in said, said
+    assert [t.state for t in done.trials] == ["interrupted", "complete", "complete"]
+
