@@ -30,6 +30,19 @@ _UNITS |= {alias: _UNITS[unit] for unit, aliases in {  # the spellings people ty
     "s": ("secs", "second", "seconds"), "m": ("mins", "minute", "minutes"), "h": ("hr", "hrs", "hour", "hours"),
     "gpu-h": ("gpu-hour", "gpu-hours", "gpuhour", "gpuhours", "gpu-hr", "gpu-hrs")}.items() for alias in aliases}
 _TERM = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z-]+)\s*$")
+_WALL_PART = re.compile(r"(\d+(?:\.\d+)?)\s*([a-zA-Z]+)\s*")
+
+
+def _compound_wall(term: str) -> str:
+    """`1h30m` (wall-time parts one after another, as people write a duration) as the seconds it is, `5400s`;
+    any other term as it is."""
+    parts = list(_WALL_PART.finditer(term.strip()))
+    if len(parts) < 2 or "".join(p.group(0) for p in parts) != term.strip() or any(
+            _UNITS.get(p.group(2).lower(), ("",))[0] != "wall_s" for p in parts):
+        return term
+    return f"{sum(float(p.group(1)) * _UNITS[p.group(2).lower()][1] for p in parts):g}s"
+
+
 HELP = "use e.g. 90s, 10m, 2h, 6trials, 8gpu-h or 5Mtok (combine with commas: 2h,20trials)"
 
 
@@ -86,6 +99,7 @@ class Budget:
         if not terms:
             raise BudgetError(f"empty budget; {HELP}")
         for term in terms:
+            said, term = term, _compound_wall(term)
             m = _TERM.match(term)
             unit = m.group(2).lower() if m else ""
             if m and m.group(2) in ("M", "K", "G", "k"):  # `5M` read as 5 minutes, beside `5Mtok` in the help (stop 37)
@@ -117,7 +131,7 @@ class Budget:
                 what = COSTS[field][1] if field in COSTS else "trials"
                 raise BudgetError(f"budget {text!r} limits the {what} twice ({given[field]!r} and "
                                   f"{term.strip()!r}); keep one, e.g. {given[field]!r}")
-            limits[field], given[field] = value, term.strip()
+            limits[field], given[field] = value, said.strip()
         if "trials" in limits:
             limits["trials"] = int(limits["trials"])
         return cls(**limits, text=str(text))  # type: ignore[arg-type]

@@ -130,12 +130,14 @@ def test_textworld_unknown_family(micro_project):
     ("2hours", "wall_s", 7200.0), ("1 hour", "wall_s", 3600.0), ("2hrs", "wall_s", 7200.0),
     ("30mins", "wall_s", 1800.0), ("5 minutes", "wall_s", 300.0), ("45seconds", "wall_s", 45.0),
     ("2gpu-hours", "gpu_h", 2.0), ("1 GPU-hour", "gpu_h", 1.0),
+    ("1h30m", "wall_s", 5400.0), ("1 hour 30 minutes", "wall_s", 5400.0), ("2h15m30s", "wall_s", 8130.0),
 ])
 def test_budget_parse(text, field, value):
     assert getattr(Budget.parse(text), field) == value
 
 
-@pytest.mark.parametrize("text", ["", "10", "ten minutes", "5parsecs", "-3m", "0trials", "2h,3h", "0.5trials", "1.5trials"])
+@pytest.mark.parametrize("text", ["", "10", "ten minutes", "5parsecs", "-3m", "0trials", "2h,3h", "0.5trials", "1.5trials",
+                                  "1h30trials", "1h30"])
 def test_budget_rejects(text):
     with pytest.raises(BudgetError):
         Budget.parse(text)
@@ -145,6 +147,7 @@ def test_budget_rejects(text):
     ("2h,30m", "budget '2h,30m' limits the wall time twice ('2h' and '30m'); keep one, e.g. '2h'"),
     ("3trials, 4trial", "budget '3trials, 4trial' limits the trials twice ('3trials' and '4trial')"),
     ("1Mtok,5ktok", "limits the training tokens twice ('1Mtok' and '5ktok')"),
+    ("1h30m,20m", "limits the wall time twice ('1h30m' and '20m')"),
 ])
 def test_budget_names_a_limit_given_twice_in_the_users_words(text, message):
     with pytest.raises(BudgetError, match=re.escape(message)):
