@@ -1,5 +1,6 @@
 """`runs/<name>/report.html`: the Pareto front of the domain scores (base model marked), the hypervolume, which
-parameters moved each objective (`sro.importance`), learning curves and the trial table — one self-contained file (plotly.js inlined) that opens offline."""
+parameters moved each objective (`sro.importance`), learning curves and the trial table — one self-contained
+file (plotly.js inlined) that opens offline."""
 
 from __future__ import annotations
 
@@ -285,7 +286,10 @@ def write_report(run_dir: str | Path) -> Path:
               if set(stated) < {k for k, _ in objectives} else ""))
     hv_note = (f"of the complete trials, objectives in the maximization frame ({negated(objectives)}), reference point "
                f"{[round(v, 4) for v in hv.get('ref_point', [])]}: {how}" if hv.get("trials") else "no complete trial yet")
-    imp = parameter_importances(records, objectives, info.get("space"))
+    try:
+        imp = parameter_importances(records, objectives, info.get("space"))
+    except Exception as e:  # noqa: BLE001 -- the rest of the report matters more than this section
+        imp = Importances(note=f"the estimate failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
     importance_div = (importance_figure(imp).to_html(include_plotlyjs=False, full_html=False)
                       if imp.by_objective else "")
     saved = saved_budget(records)

@@ -87,3 +87,11 @@ def test_the_report_shows_the_importances_or_says_why_not(tmp_path, monkeypatch)
     assert "left out (not in every complete trial, or one value throughout): proas.lam" in shown
     assert r"of a\u002fx's variance" in shown  # the figure's hover text (plotly's JSON escapes the slash)
     assert "not estimated: needs 5 complete trials with every objective; the study has 2" in page(_study(2))
+    def broken(*a, **k):
+        raise ValueError("a forest that cannot grow")
+
+    monkeypatch.setattr(report, "parameter_importances", broken)  # the rest of the report is still written
+    shown = page(_study(20))
+    assert "not estimated: the estimate failed (ValueError: a forest that cannot grow)" in shown
+    assert "Pareto front" in shown and "Learning curves" in shown
+
