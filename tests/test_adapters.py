@@ -600,3 +600,31 @@ def test_search_trains_an_agent_on_a_plugins_environment(tmp_path):
     (trial,) = json.loads((runs / "c" / "trials.json").read_text())
     assert trial["state"] == "complete" and set(trial["scores"]) == {"corridor/held"}
     assert trial["recipe"]["fixed"]["algorithm"] == "proas"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# an adapter whose states carry no walkthrough (evaluators/games.py:190-193) (a coverage review, stop 54)
+# ------------------------------------------------------------------------------------------------------------
+
+
+def test_an_adapter_without_walkthroughs_is_one_error_saying_what_to_fill(register, tmp_path, monkeypatch):
+    """The tiny model pre-trains on walkthrough steps: an adapter that leaves StepInfo.walkthrough empty gets one
+    GameGenerationError naming the fix, not an empty pool (a ZeroDivisionError in `item`, or nothing to train on)."""
+    from evaluators.envs import StepInfo, TextEnv
+    from evaluators.games import GameGenerationError
+    from evaluators.sources import SourceSpec, make_task
+
+    class NoWalk(TextEnv):
+        def reset(self, *, seed=None, options=None):
+            return "room: hall", {"step": StepInfo(["look"], "s0")}
+
+        def step(self, action):
+            return "room: hall", 0.0, False, False, {"step": StepInfo(["look"], "s0")}
+
+    monkeypatch.setenv("SRO_CACHE_DIR", str(tmp_path))
+    register("nowalk", lambda seed, settings, **kw: NoWalk(settings))
+    task = make_task(SourceSpec("env", "nowalk", {"games": 1, "max_steps": 2}), 3)
+    with pytest.raises(GameGenerationError, match=r"env nowalk seed \d+: no state of the game has a walkthrough, so "
+                                                  r"there is nothing to pre-train on; the environment must fill "
+                                                  r"StepInfo.walkthrough"):
+        task.item(0)

@@ -284,3 +284,33 @@ def test_clip_fraction_counts_what_each_loss_clips():
     assert clipped_tokens(ratio, config_for("cispo", {"eps_high": 0.2})).tolist() == [0.0, 0.0, 0.0, 0.0, 1.0]
     for plain in ("pg", "proximal_kl"):  # they clip no ratio: the metric said they did (a review, stop 37)
         assert clipped_tokens(ratio, config_for(plain, {})).tolist() == [0.0] * 5
+
+
+# ------------------------------------------------------------------------------------------------------------
+# GRPOConfig's range checks, said by the recipe key (trainers/grpo.py:115-146) (a coverage review, stop 54)
+# ------------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("values,key,located", [
+    ({"staleness": -1}, "staleness", "R.staleness must be >= 0 (got -1)"),
+    ({"overlong_buffer": 9, "max_new_tokens": 8}, "overlong_buffer",
+     "R.overlong_buffer must be in [0, R.max_new_tokens=8] (got 9)"),
+    ({"batch_switch_at": 0.0}, "batch_switch_at", "R.batch_switch_at must be in (0, 1] (got 0.0)"),
+    ({"lr_alpha": -0.5}, "lr_alpha", "R.lr_alpha must be >= 0 (got -0.5)"),
+    ({"max_sample_rounds": 0}, "max_sample_rounds", "R.max_sample_rounds must be >= 1 (got 0)"),
+    ({"minibatches": 17, "prompts_per_step": 2, "group_size": 8}, "minibatches",
+     "R.minibatches cannot exceed R.prompts_per_step × R.group_size (2 × 8; got 17)"),
+    ({"optimizer": "lion"}, "optimizer", "R.optimizer must be one of"),
+])
+def test_a_trainer_setting_out_of_range_is_refused_by_its_recipe_key(values, key, located):
+    """Without these checks each value trained silently as another recipe: staleness -1 as 0 (the queue loop never
+    runs), an overlong buffer past the limit penalized every completion, lr_alpha < 0 shrank lr as the batch grew,
+    minibatches past the batch ran fewer steps than asked. No test gave any of them (grpo.py:116-146 never ran)."""
+    from trainers.algorithms import RecipeValueError, config_for
+
+    with pytest.raises(RecipeValueError) as e:
+        config_for("grpo", values)
+    assert key in e.value.keys
+    assert e.value.located({k: f"R.{k}" for k in e.value.keys}).startswith(located)
+    config_for("grpo", {**values, key: {"staleness": 0, "overlong_buffer": 8, "batch_switch_at": 1.0,
+                                         "lr_alpha": 0.0, "max_sample_rounds": 1, "minibatches": 16,
+                                         "optimizer": "sgd"}[key]})  # the edge of the range is taken

@@ -4,6 +4,7 @@ docstring passed every test that runs the changed line (the whole suite, traced 
 from __future__ import annotations
 
 import pytest
+import torch
 
 from sro.executor import HeldOutNotes, TrialCollapsed, cut_by_limit
 from trainers.grpo import GRPOConfig
@@ -129,3 +130,73 @@ def test_a_trainer_config_error_that_names_no_recipe_key_is_said_with_the_recipe
     assert str(e.value) == "r.yaml: recipe: not a valid trainer config: the trainer refuses this"
     with pytest.raises(ex.TrialFailed, match=r"^recipe \S+ is not a valid trainer config: the trainer refuses this$"):
         ex.trainer_config(Recipe({"lr": 0.1}, {}), 0, None)
+
+
+# ------------------------------------------------------------------------------------------------------------
+# run_trial's generalization gap under self-distillation (sro/executor.py:511-516) (a coverage review, stop 54)
+# ------------------------------------------------------------------------------------------------------------
+
+def _stub_trial(monkeypatch, held_scores, train_scores):
+    """run_trial with nothing loaded or trained: a one-weight model, a trainer whose `train` does one step."""
+    from types import SimpleNamespace
+
+    import sro.executor as ex
+
+    class Trainer:
+        def __init__(self, model, tok, cfg, mixture):
+            self.samples, self.tokens, self.collapse = 8, 0, None
+
+        def train(self, on_step):
+            on_step(1, {"reward": 0.5, "wall_s": 0.1})
+
+    monkeypatch.setattr(ex, "load_policy", lambda *a, **k: (torch.nn.Linear(1, 1), None))
+    monkeypatch.setattr(ex, "Mixture", lambda *a, **k: SimpleNamespace(exhausted={}))
+    monkeypatch.setattr(ex, "sft", lambda *a, **k: {})
+    monkeypatch.setattr(ex, "GRPOTrainer", Trainer)
+    runtime = SimpleNamespace(rollout_backend="hf", device="cpu", max_new_tokens=4, eval_batch_size=8)
+    project = SimpleNamespace(seed=0, multi_turn=False, runtime=runtime, domains={"a": None, "b": None})
+    ctx = ex.SearchContext(project, "base", {}, {"a": [object()], "b": [object()]}, set())
+    ctx.score = lambda model, tok, notes=None, history=0: dict(held_scores)
+    ctx.score_in_distribution = lambda model, tok, size=100: dict(train_scores)
+    return ex, ctx
+
+
+def test_self_distillation_reports_each_domains_train_score_and_its_gap_to_its_own_held_out_mean(monkeypatch):
+    """§4: distillation's gains may not generalize, so a distilling trial always reports `train_score/<d>` and
+    `gap/<d>` = train score − the mean of that domain's held-out scores (a domain with none: no gap); a trial
+    that does not distil reports neither. No test ran these lines: mixing the domains' held-out scores or
+    dropping the gap passed the suite."""
+    from sro.recipe import Recipe
+
+    ex, ctx = _stub_trial(monkeypatch, {"a/x": 0.2, "a/y": 0.4, "b/z": 0.9}, {"a": 0.5, "c": 0.7})
+    out = ex.run_trial(Recipe({"distill.weight": 0.5, "steps": 1}, {}), ctx)
+    assert out.metrics["train_score/a"] == 0.5 and out.metrics["gap/a"] == pytest.approx(0.2)
+    assert out.metrics["train_score/c"] == 0.7 and "gap/c" not in out.metrics
+    assert out.scores == {"a/x": 0.2, "a/y": 0.4, "b/z": 0.9} and len(out.curve) == 1
+    plain = ex.run_trial(Recipe({"steps": 1}, {}), ctx)
+    assert not any(k.startswith(("train_score/", "gap/")) for k in plain.metrics)
+
+
+
+# ------------------------------------------------------------------------------------------------------------
+# an HF base_model that cannot load offline is a ConfigError before any data (a coverage review, stop 54)
+# is built (sro/executor.py:116-120)
+# ------------------------------------------------------------------------------------------------------------
+
+def test_an_hf_base_model_missing_from_the_offline_cache_is_a_config_error_naming_the_key(tmp_path, monkeypatch):
+    from micro import MICRO
+    from sro.config import ConfigError, load_project
+    from sro.executor import SearchContext
+    from trainers import models
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True, raising=False)
+    models.hub_offline.cache_clear()
+    p = tmp_path / "hf.yaml"
+    p.write_text(MICRO.format(name="hf").replace("base_model: tiny", "base_model: sro-test/no-such-model"))
+    built = []
+    monkeypatch.setattr("sro.executor.Benchmark.build", lambda *a, **k: built.append(a))
+    with pytest.raises(ConfigError, match=r"hf.yaml: base_model: sro-test/no-such-model: not in the local HF cache"):
+        SearchContext.prepare(load_project(p), tmp_path / "cache", log=lambda s: None)
+    assert not built  # said before the benchmarks are built
+    models.hub_offline.cache_clear()

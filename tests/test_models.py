@@ -434,3 +434,81 @@ def test_save_model_replaces_a_folder_only_with_a_whole_one(tmp_path):
     assert (out / "config.json").read_text() == "first" and [p.name for p in out.parent.iterdir()] == ["m"]
     save_model(Part("config.json"), Part("vocab.json"), out)  # a whole one replaces it
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "vocab.json"]
+
+
+# ------------------------------------------------------------------------------------------------------------
+# load_policy's checks of the tokenizer against the model (trainers/models.py:141-149, 218-221, 27-28;
+# a coverage review, stop 54)
+# ------------------------------------------------------------------------------------------------------------
+
+def test_a_tokenizer_past_the_embedding_or_without_eos_is_refused_and_a_missing_pad_is_the_eos(tmp_path):
+    """A tokenizer with more tokens than the model embeds gave an IndexError mid-run (the check never ran in a
+    test); one without an eos cannot end a completion; one without a pad token pads with its eos."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from trainers.models import ModelLoadError, load_policy
+    from trainers.tiny import ensure_tiny
+
+    from test_models import PAIRS, SPEC
+
+    folder = ensure_tiny(PAIRS, tmp_path / "cache", SPEC)
+    model, tok = load_policy(str(folder), device="cpu")
+    rows = model.get_input_embeddings().num_embeddings
+
+    big = tmp_path / "big"
+    shutil.copytree(folder, big)
+    t = AutoTokenizer.from_pretrained(str(folder))
+    t.add_tokens([f"<extra{i}>" for i in range(rows - len(t) + 1)])
+    t.save_pretrained(str(big))
+    with pytest.raises(ModelLoadError, match=rf"its tokenizer has {rows + 1} tokens but the model embeds {rows}"):
+        load_policy(str(big), device="cpu")
+
+    nopad = tmp_path / "nopad"
+    shutil.copytree(folder, nopad)
+    t = AutoTokenizer.from_pretrained(str(folder))
+    t.pad_token = None
+    t.save_pretrained(str(nopad))
+    model, tok = load_policy(str(nopad), device="cpu")
+    assert tok.pad_token == tok.eos_token and model.generation_config.pad_token_id == tok.eos_token_id
+    assert tok.padding_side == "left"
+
+    noeos = tmp_path / "noeos"
+    shutil.copytree(folder, noeos)
+    t = AutoTokenizer.from_pretrained(str(folder))
+    t.pad_token = None
+    t.eos_token = None
+    t.save_pretrained(str(noeos))
+    with pytest.raises(ModelLoadError, match="its tokenizer has no eos_token"):
+        load_policy(str(noeos), device="cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message where there is no CUDA device")
+def test_runtime_device_cuda_without_a_cuda_device_is_a_clear_error():
+    from trainers.models import ModelLoadError, pick_device
+
+    with pytest.raises(ModelLoadError, match="runtime.device is 'cuda' but no CUDA device is visible"):
+        pick_device("cuda")
+    assert pick_device("auto").type == "cpu" and pick_device("cpu").type == "cpu"
+
+
+# ------------------------------------------------------------------------------------------------------------
+# a tokenizer file cut short is one line (trainers/models.py:134-138) (a coverage review, stop 54)
+# ------------------------------------------------------------------------------------------------------------
+
+def test_a_tokenizer_file_cut_short_is_one_line_naming_the_folder(tmp_path):
+    import shutil
+
+    from trainers.models import ModelLoadError, load_policy
+    from trainers.tiny import ensure_tiny
+
+    from test_models import PAIRS, SPEC
+
+    folder = ensure_tiny(PAIRS, tmp_path / "cache", SPEC)
+    cut = tmp_path / "cut"
+    shutil.copytree(folder, cut)
+    (cut / "tokenizer.json").write_text((folder / "tokenizer.json").read_text()[:200])
+    with pytest.raises(ModelLoadError, match=rf"^cannot load tokenizer {re.escape(str(cut))}: \w+: ") as e:
+        load_policy(str(cut), device="cpu")
+    assert "\n" not in str(e.value)

@@ -185,3 +185,16 @@ def test_proas_defaults_and_knob_bounds_are_pinned():
     with pytest.raises(ValueError):
         ProASConfig(rho=0.0)
     assert deviations([0.5, 0.4, 0.6], 0.5) == 1  # below θ_v is a deviation, θ_v itself is not
+
+
+# ------------------------------------------------------------------------------------------------------------
+# step_advantages refuses mismatched inputs (trainers/proas.py:176-177) (a coverage review, stop 54)
+# ------------------------------------------------------------------------------------------------------------
+
+def test_step_advantages_refuses_a_validity_list_per_episode_that_does_not_match():
+    """zip() would silently drop the episodes without validities (their steps then trained with no credit
+    at all, or misaligned with their prompts in the multi-turn trainer)."""
+    from trainers.proas import ProASConfig, step_advantages
+
+    with pytest.raises(ValueError, match=r"^got 3 advantages for 2 episodes$"):
+        step_advantages([1.0, -1.0, 0.5], [[1.0], [0.0, 1.0]], ProASConfig())

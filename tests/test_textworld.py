@@ -5,6 +5,7 @@ Games are generated once (a few seconds each) and cached under runs/.cache/textw
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -446,3 +447,55 @@ def test_a_cached_game_missing_its_json_is_generated_again(tmp_path):
     assert ensure_game("coin_collector", settings, 5, tmp_path) == path and path.with_suffix(".json").is_file()
     obs, _ = TextWorldEnv(path).reset()
     assert obs.startswith("room: ")
+
+
+# ------------------------------------------------------------------------------------------------------------
+# a seed that admits no game is retried at the next seed, then a GameGenerationError (a coverage review, stop 54)
+# (evaluators/textworld_env.py:109-126); a step before reset (306)
+# ------------------------------------------------------------------------------------------------------------
+
+def test_a_seed_without_a_game_is_retried_at_the_next_seed_and_five_failures_are_one_named_error(tmp_path,
+                                                                                                 monkeypatch):
+    """Some seeds admit no quest of the asked length: the generator is asked again at seed + 7919·k, and after
+    five refusals one GameGenerationError names the family, settings, seed and the last error; no temporary file
+    is left behind either way. No test ran the retry (a generator that failed once failed the trial)."""
+    from textworld.challenges import CHALLENGES
+    from textworld.generator.game import GameOptions
+
+    from evaluators.games import GameGenerationError
+    from evaluators.textworld_env import TextWorldEnv, ensure_game, game_settings
+
+    desc, make, parser = CHALLENGES["tw-coin_collector"]
+    seeds: list[dict] = []
+
+    def seeded(seed: int) -> dict:  # GameOptions expands one seed into its generator's seeds
+        o = GameOptions()
+        o.seeds = seed
+        return o.seeds
+
+    def flaky(settings, opts):
+        seeds.append(opts.seeds)
+        if len(seeds) == 1:
+            raise AssertionError("no quest of that length")
+        return make(settings, opts)
+
+    monkeypatch.setitem(CHALLENGES, "tw-coin_collector", (desc, flaky, parser))
+    settings = game_settings("coin_collector", {"level": 1})
+    path = ensure_game("coin_collector", settings, 5, tmp_path)
+    assert seeds == [seeded(5), seeded(5 + 7919)]
+    assert path.is_file() and path.with_suffix(".json").is_file()
+    assert not [f for f in path.parent.iterdir() if ".tmp" in f.name]
+    with pytest.raises(RuntimeError, match=r"call reset\(\) before step\(\)"):
+        TextWorldEnv(path).step("go east")
+
+    def never(settings, opts):
+        seeds.append(opts.seeds)
+        raise AssertionError(f"no quest ({len(seeds)})")
+
+    monkeypatch.setitem(CHALLENGES, "tw-coin_collector", (desc, never, parser))
+    seeds.clear()
+    with pytest.raises(GameGenerationError, match=re.escape(
+            "textworld coin_collector {'level': 1} seed 6: no quest (5)")):
+        ensure_game("coin_collector", settings, 6, tmp_path)
+    assert seeds == [seeded(6 + 7919 * k) for k in range(5)]
+    assert sorted(f.name for f in path.parent.iterdir()) == sorted([path.name, path.with_suffix(".json").name])
