@@ -633,8 +633,9 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                     progress.console.print(f"[yellow]recipe {key} was interrupted {n} times by its process ending "
                                            "(out of memory? a crash?); it is not run again[/]")
             recipe: Recipe | None = _retry(records, space, budget.remaining_wall_s(spent))
-            if recipe is not None:  # a resume ran an interrupted trial's recipe again without a word (a walkthrough)
-                was = [r for r in records if r.recipe.key == recipe.key and r.state in ("interrupted", "stopped")]
+            was = [r for r in records if recipe is not None and r.recipe.key == recipe.key
+                   and r.state in ("interrupted", "stopped")]
+            if was:  # a resume ran an interrupted trial's recipe again without a word (a walkthrough)
                 progress.console.print(f"running again the recipe of trial {was[-1].number} ({was[-1].state}: "
                                        + ("its worker stopped before it finished" if was[-1].state == "interrupted"
                                           else "the budget cut its training") + ")", highlight=False)
