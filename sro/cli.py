@@ -385,7 +385,7 @@ def export(
             _fail(f"{out} exists; pass --force to overwrite it, or another --out")
             return
         try:
-            if (f := next((p for p in out.parents if p.exists()), None)) is not None and not f.is_dir():
+            if (f := _file_in_the_way(out)) is not None:
                 _fail(f"cannot write {out}: {f} is a file, not a folder; pass --out a writable file path")
                 return
             out.parent.mkdir(parents=True, exist_ok=True)
@@ -487,8 +487,14 @@ def _check_model_out(out: Path | None, force: bool) -> None:
         raise ConfigError(f"--out {out}: is a file; pass a folder path for the model")
     if out.exists() and any(out.iterdir()) and not force:  # another model, or a project folder
         raise ConfigError(f"--out {out}: exists and is not empty; pass --force to replace it, or another --out")
-    if (f := next((p for p in out.parents if p.exists()), None)) is not None and not f.is_dir():
+    if (f := _file_in_the_way(out)) is not None:
         raise ConfigError(f"--out {out}: {f} is a file, not a folder; pass a writable folder path")
+
+
+def _file_in_the_way(out: Path) -> Path | None:
+    """The nearest existing parent of `out` where it is a file, not a folder (so `out` cannot be made), or None."""
+    f = next((p for p in out.parents if p.exists()), None)
+    return f if f is not None and not f.is_dir() else None
 
 
 def _check_recipe_keys(rec, proj, path: Path) -> None:

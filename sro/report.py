@@ -67,7 +67,7 @@ def _load(run_dir: Path) -> tuple[dict, list[TrialRecord], dict]:
         hint = f"; its run folders: {', '.join(runs[:5])}" if runs else "; is it a folder written by `sro search`?"
         raise FileNotFoundError(f"{run_dir} has no project.yaml{hint}")
     try:
-        data = yaml_strict.safe_load(proj_path.read_text(encoding="utf-8"))  # as `write_whole` writes it
+        data = yaml_strict.safe_load(yaml_strict.read(proj_path))  # UTF-8, as `write_whole` writes it
         project = ProjectConfig.model_validate(data)
     except (yaml.YAMLError, ValidationError) as e:  # e.g. cut short by a kill while it was written
         first = str(e).strip().splitlines()[0]

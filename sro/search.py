@@ -36,7 +36,7 @@ from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
 from sro.start_recipes import next_start, start_recipes
 from sro import yaml_strict
-from trainers.algorithms import ACTS_WHEN, RecipeValueError, config_value
+from trainers.algorithms import ACTS_WHEN, RecipeValueError, idle_setting
 from trainers.grpo import GRPOConfig
 from trainers.models import pick_device
 
@@ -155,14 +155,12 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
                          + ")" + (f"; {mend}" if shared else ""))
     searched = {p.name for p in space.params}
     for p in space.params:  # `batch_switch_at` at a multiplier of 1: a dimension that moved nothing, searched
-        setting, least, why = ACTS_WHEN.get(p.name, (None, 0, ""))
-        if setting is not None and setting not in searched:
-            value = space.fixed.get(setting, config_value(GRPOConfig(), setting))
-            if isinstance(value, (int, float)) and value < least:
-                given = "fixes it at" if setting in space.fixed else "leaves it at its default"
-                raise SpaceError(f"{where}: params.{p.name} does nothing here: {why}, and the space {given} {value!r}; "
-                                 f"search {setting} too, fix it at {least} or more, or remove {p.name}"
-                                 + (f"; {mend}" if shared else ""))
+        if (idle := idle_setting(p.name, space.fixed)) is not None and idle[0] not in searched:
+            (setting, value), (_, least, why) = idle, ACTS_WHEN[p.name]
+            given = "fixes it at" if setting in space.fixed else "leaves it at its default"
+            raise SpaceError(f"{where}: params.{p.name} does nothing here: {why}, and the space {given} {value!r}; "
+                             f"search {setting} too, fix it at {least} or more, or remove {p.name}"
+                             + (f"; {mend}" if shared else ""))
     values = space.from_unit(np.full(space.dim, 0.5))
     try:
         check_recipe(Recipe(values, dict(space.fixed)), project.seed, multi_turn=project.multi_turn)

@@ -359,6 +359,16 @@ setting, the threshold, why). The designers search them only there (an LLM's spa
 the multiplier fixed at 1, a dimension that moved nothing)."""
 
 
+def idle_setting(knob: str, fixed: dict[str, Any]) -> tuple[str, Any] | None:
+    """For an `ACTS_WHEN` knob whose setting is not searched: (the setting, its value) where that value, fixed in
+    `fixed` or else the trainer's default, is below the knob's threshold, so the knob does nothing; else None."""
+    if knob not in ACTS_WHEN:
+        return None
+    setting, least, _ = ACTS_WHEN[knob]
+    value = fixed.get(setting, config_value(GRPOConfig(), setting))
+    return (setting, value) if isinstance(value, (int, float)) and value < least else None
+
+
 ONE_PASS = ("staleness", "num_iterations", "minibatches", "distill.weight", "dynamic_sampling", "overlong_buffer",
             "eps_low", "eps_high")
 """Recipe keys the multi-turn trainer refuses away from their defaults (`multiturn.unsupported_settings`): it

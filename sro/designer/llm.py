@@ -31,8 +31,7 @@ from sro.designer.rules import project_fixed, trainer_keys
 from sro.executor import SOURCE_PREFIX
 from sro.recipe import MIX_PREFIX, Recipe
 from sro.space import Param, RecipeSpace, Simplex, SpaceError
-from trainers.algorithms import ACTS_WHEN, config_value
-from trainers.grpo import GRPOConfig
+from trainers.algorithms import ACTS_WHEN, idle_setting
 
 FIXED_OK = {"algorithm", "max_new_tokens"}
 
@@ -296,26 +295,27 @@ def _only_where_they_act(params: list[Param], fixed: dict[str, Any], notes: list
             kept.append(p)
             continue
         setting, least, why = ACTS_WHEN[p.name]
+
+        def acting(values: list[Any]) -> list[Any]:  # the values of the setting where the knob does something
+            return [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= least]
+
         parent = by_name.get(setting)
         if parent is None:
-            value = fixed.get(setting, config_value(GRPOConfig(), setting))
-            if isinstance(value, (int, float)) and value < least:
+            if (idle := idle_setting(p.name, fixed)) is not None:
                 notes.append(f"dropped {p.name!r}: {why}, and the space "
-                             + ("fixes" if setting in fixed else "leaves it at its default") + f" {setting} {value!r}")
+                             + ("fixes" if setting in fixed else "leaves it at its default") + f" {setting} {idle[1]!r}")
                 continue
         else:
             can = (parent.choices if parent.choices is not None else
                    list(range(int(parent.low), int(parent.high) + 1)) if parent.kind == "int" else None)
             want = (p.condition or {}).get(setting)
             if want is not None:  # the answer's own values, those below the threshold left out
-                acting = [v for v in want if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= least]
-                if not acting:
+                if not acting(want):
                     notes.append(f"dropped {p.name!r}: {why}, and its condition names {setting} {want} only")
                     continue
-                p.condition[setting] = acting  # type: ignore[index]  # outside the range: `_settle_conditions`
-            elif can is not None:
-                acting = [v for v in can if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= least]
-                p.condition = {**(p.condition or {}), setting: acting or [least]}  # none: `_settle_conditions` drops it
+                p.condition[setting] = acting(want)  # type: ignore[index]  # outside the range: `_settle_conditions`
+            elif can is not None:  # none: `_settle_conditions` drops it
+                p.condition = {**(p.condition or {}), setting: acting(can) or [least]}
         kept.append(p)
     return kept
 
