@@ -6,6 +6,7 @@ import html
 import re
 import json
 import os
+import shutil
 import subprocess
 import sys
 from contextlib import closing
@@ -1042,7 +1043,7 @@ def test_start_recipes_that_no_longer_fit_a_study_with_trials_are_skipped(micro_
 
 
 @pytest.mark.slow
-def test_two_workers_share_one_study(micro_project, tmp_path, shared_storage):
+def test_two_workers_share_one_study(micro_project, micro_model, tmp_path, shared_storage):
     """Two `sro search` processes on one project, started together as workers on two machines would be:
     each with its own runs folder, one shared storage. They search the study's space (the second
     machine has no space.yaml of its own), share the budget exactly, never run the same recipe, and
@@ -1052,12 +1053,15 @@ def test_two_workers_share_one_study(micro_project, tmp_path, shared_storage):
     Ledger(load_project(project), tmp_path / "setup").publish_space(RecipeSpace.from_yaml(SMALL_SPACE))
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
     runs = [tmp_path / "machine_a", tmp_path / "machine_b"]
+    for r in runs:  # each machine's model cache holds the micro model (each would pre-train it, 8 s apiece)
+        shutil.copytree(micro_model, r / ".cache" / micro_model.name)
     procs = [subprocess.Popen([*SRO, "search", str(project), "--budget", "6trials", "--runs", str(r)], cwd=tmp_path,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in runs]
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
         assert "using the study's search space (v1, shared by the workers" in out, out[-2000:]
+        assert "pre-training tiny" not in out  # the copied model was found
     for r in runs:
         assert RecipeSpace.from_yaml((r / "pair" / "space.yaml").read_text()).to_yaml() == \
             RecipeSpace.from_yaml(SMALL_SPACE).to_yaml()
