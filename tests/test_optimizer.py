@@ -511,13 +511,11 @@ def test_a_trial_asked_while_another_runs_gets_another_point() -> None:
     a = (first.suggest_float("x", 0, 1), first.suggest_int("y", 0, 100))
     b = (second.suggest_float("x", 0, 1), second.suggest_int("y", 0, 100))
     assert a != b
-    with_seeds = [optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=s, n_startup_trials=4,
-                                                                                      pool_size=200))
-                  for s in (1, 3)]
-    for st in with_seeds:  # the threaded case itself
-        st.optimize(_two_objectives, n_trials=12, n_jobs=2)
-        points = [(t.params["x"], t.params["y"]) for t in st.trials]
-        assert len(set(points)) == len(points), points
+    # the threaded case itself (one seed: without the pending points every seed tried repeated a point, stop 37)
+    st = optuna.create_study(directions=["minimize"] * 2, sampler=SROSampler(seed=1, n_startup_trials=4, pool_size=200))
+    st.optimize(_two_objectives, n_trials=12, n_jobs=2)
+    points = [(t.params["x"], t.params["y"]) for t in st.trials]
+    assert len(set(points)) == len(points), points
 
 
 def test_a_trial_asked_while_another_runs_has_that_ones_proposal_as_a_running_record(monkeypatch) -> None:
