@@ -221,7 +221,8 @@ def design(
         # a categorical's choices in braces: a list of two numbers read as a range (a review, stop 38)
         rng = (f"[{p.low:g}, {p.high:g}]{' log' if p.log else ''}" if p.kind in ("float", "int") else
                "one of {" + ", ".join(map(str, p.choices)) + "}")
-        when = f" when {p.condition}" if p.condition else ""
+        when = (" when " + " and ".join(f"{k} in {{{', '.join(map(str, v))}}}" for k, v in p.condition.items())
+                if p.condition else "")  # was the dict's repr: `when {'algorithm': ['proas']}` (a review, stop 57)
         t.add_row(p.name, rng + when, p.rationale)
     for sx in space.simplexes:
         t.add_row(sx.name, "simplex: " + ", ".join(sx.members), sx.rationale)

@@ -508,12 +508,13 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     write_whole(run_dir / "project.yaml", yaml_strict.safe_dump(project.portable_dump(), sort_keys=False))
     history = ledger.records()
     done = [r for r in history if r.finished]
-    if done:
+    reason = budget.exhausted(ledger.spent().finished_only())  # others' running trials: the loop waits on them
+    if done:  # with the budget spent, nothing is run again (it said "run again first", then ran nothing)
         again = {r.recipe.key for r in history if r.state in ("interrupted", "stopped")} - {
             r.recipe.key for r in history if r.settled} - set(crashed(history))
         console.print(f"resuming {run_dir}: {len(done)} finished trial(s) kept, none will be repeated"
-                      + (f"; {len(again)} interrupted or stopped trial(s) run again first" if again else ""))
-    reason = budget.exhausted(ledger.spent().finished_only())  # others' running trials: the loop waits on them
+                      + (f"; {len(again)} interrupted or stopped trial(s) run again first" if again and not reason
+                         else ""))
     if reason:
         console.print(f"budget {budget} already spent ({reason}); raise --budget to search further")
         from sro.report import write_report

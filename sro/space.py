@@ -324,8 +324,9 @@ class RecipeSpace:
     def to_yaml(self) -> str:
         """The space as a person edits it: never YAML anchors and aliases (`&id001`, `*id001`), which a
         condition shared by two parameters used to produce (stop 26), so that the text read back and
-        written again is the same text."""
-        return yaml.dump(self.to_dict(), Dumper=_PlainDumper, sort_keys=False, width=100, allow_unicode=False)
+        written again is the same text; and a reason's `·` or `√` as it is, not as `\\xB7` (a review, stop 57;
+        the files are written and read as UTF-8)."""
+        return yaml.dump(self.to_dict(), Dumper=_PlainDumper, sort_keys=False, width=100, allow_unicode=True)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> RecipeSpace:

@@ -1132,6 +1132,8 @@ def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_p
     assert r.exit_code == 0, r.output
     hint = r.output.split("then run `")[1].split("`")[0]
     assert hint == f"sro search {project} --budget 3trials --runs '{runs}'"
+    said = " ".join(r.output.split())  # a condition as a person writes it, not a Python dict (a review, stop 57)
+    assert "batch_multiplier in {2, 3," in said and "{'" not in said, said  # (the table folds the cell)
     r = CliRunner().invoke(app, ["design", str(project), "--runs", "runs"])  # the default: nothing to repeat
     assert r.output.split("then run `")[1].split("`")[0] == f"sro search {project}"
 

@@ -496,3 +496,21 @@ def test_a_resume_says_it_runs_an_interrupted_trials_recipe_again(tmp_path, monk
     assert "1 finished trial(s) kept, none will be repeated" in said and "run again first" not in said, said
     assert [t.state for t in done.trials] == ["interrupted", "complete", "complete"]
 
+
+def test_a_resume_with_the_budget_spent_does_not_promise_to_run_an_interrupted_trial_again(tmp_path, monkeypatch):
+    """With the budget spent the resume said "1 interrupted or stopped trial(s) run again first", then "already
+    spent", and ran nothing (a review, stop 57)."""
+    search = Search(tmp_path, monkeypatch, "spent")
+    search("1trials")
+    (second,) = [r for r in search.recipes(3) if r.key != search.ran[0].key][:1]
+    search.ledger().start(second, RecipeSpace.from_yaml(SPACE))
+    with monkeypatch.context() as m:
+        m.setattr(ledger_mod, "_alive", lambda pid, started=None: False)
+        search.ledger().recover()
+    search.out.seek(0)
+    search.out.truncate()
+    search("1trials")
+    said = " ".join(search.printed.split())
+    assert "1 finished trial(s) kept" in said and "budget 1trials already spent" in said, said
+    assert "run again first" not in said and len(search.ran) == 1, said
+

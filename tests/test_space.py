@@ -94,6 +94,16 @@ def test_yaml_round_trip_keeps_rationale_and_edits():
     assert all(v["G"] <= 4 for v in edited.sobol(32, seed=0))
 
 
+def test_a_reason_is_written_as_a_person_reads_it():
+    """space.yaml is the file a person reviews: the rules' `2.5e-4·√(1M/N)` came out as `2.5e-4\\xB7\\u221A(1M/N)`
+    (a review, stop 57); it reads back the same."""
+    space = RecipeSpace([Param("lr", "float", 1e-5, 1e-3, log=True,
+                               rationale="2.5e-4·√(1M/N) for a 1M-parameter model")])
+    text = space.to_yaml()
+    assert "why: 2.5e-4·√(1M/N) for a 1M-parameter model" in text and "\\x" not in text and "\\u" not in text
+    assert RecipeSpace.from_yaml(text).param("lr").rationale == space.param("lr").rationale
+
+
 def test_bad_space_rejected():
     with pytest.raises(SpaceError, match="low <= high"):
         Param("x", "float", 2.0, 1.0)
