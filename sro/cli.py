@@ -209,7 +209,9 @@ def design(
         written = _written_space(run_dir)  # a malformed one: a SpaceError naming the file
         previous = last_version(run_dir, written)
         ctx = SearchContext.prepare(proj, runs / ".cache", log=console.print)
-        with console.status("measuring the base model on the sources and designing the space ..."):
+        from sro.progress import status_for
+
+        with status_for(console)("measuring the base model on the sources and designing the space ..."):
             space, path = design_space(proj, run_dir, b, ctx, log=err_console.print, version=previous + 1)
     except _user_errors() as e:
         _fail(str(e))

@@ -28,7 +28,7 @@ _PAGE = Template(autoescape=True, source="""<!doctype html>
 <style>
 body{font-family:system-ui,sans-serif;margin:2em;color:#222;max-width:1200px}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 7px;text-align:right}
-th{background:#f3f3f3}tr.front{background:#eaf6ea}tr.failed{color:#a33}tr.base{font-weight:bold}td.l{text-align:left}
+th{background:#f3f3f3}tr.front{background:#e6eefb}tr.failed{color:#a33}tr.interrupted{color:#888}tr.base{font-weight:bold}td.l{text-align:left}
 tr.superseded{color:#888}
 .note{color:#555}
 </style></head><body>
@@ -41,8 +41,9 @@ model to the end of its held-out scoring</p>
 <h2>Hypervolume</h2><p class="note">{{ hv_note }}</p>{{ hv_div }}{% if pruning_line %}<p class="note">{{ pruning_line }}</p>{% endif %}
 <h2>What moved each objective</h2><p class="note">{{ importance_note }}</p>{{ importance_div }}
 <h2>Learning curves</h2>{{ curve_div }}
-<h2>Trials</h2><p class="note">green rows are Pareto-optimal over all objectives; ✔ marks a trial that
-beats the base model on every benchmark.</p>
+<h2>Trials</h2><p class="note">blue rows are Pareto-optimal over all objectives (<code>*</code> in
+<code>sro show</code>); ✔ marks a trial that beats the base model on every benchmark (green in <code>sro show</code>);
+grey rows were interrupted (their worker stopped before they finished), red ones failed.</p>
 <table><tr>{% for h in header %}<th>{{ h }}</th>{% endfor %}</tr>
 {% for row, cls in rows %}<tr class="{{ cls }}">{% for c, left in row %}<td{% if left %} class="l"{% endif %}>{{ c }}</td>{% endfor %}</tr>
 {% endfor %}</table>
@@ -266,8 +267,10 @@ def write_report(run_dir: str | Path) -> Path:
         row += [r.scores.get(k, "") for k in score_keys + others]
         row += [r.cost.get("wall_s", 0.0), int(r.cost.get("samples", 0))]
         row += [r.recipe.get(p, "") for p in params]
+        # green was the front here and "beats the base model" in `sro show`; an interrupted trial was red like a
+        # failed one, though only its worker stopped (a review, stop 57)
         cls = ("front" if r.number in front else "superseded" if r.number in late else
-               "failed" if r.state in ("failed", "interrupted") else "")
+               "failed" if r.state == "failed" else r.state if r.state == "interrupted" else "")
         # text left-aligned, numbers right (a formatted float was a string, so numbers were left-aligned)
         rows.append(([(_fmt(c), isinstance(c, str) and i > 2) for i, c in enumerate(row)], cls))
     drawn = drawn_axes(objectives)

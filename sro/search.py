@@ -19,7 +19,7 @@ import numpy as np
 import optuna
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from evaluators.files import write_whole
 from sro.budget import COSTS, Budget, BudgetError, Spent
@@ -30,6 +30,7 @@ from sro.executor import SearchContext, TrialCollapsed, check_recipe, run_trial,
 from sro.ledger import STORAGE_BUSY, STORAGE_ERRORS, Ledger, TrialRecord, beats_base
 import sro.optimizer  # noqa: F401  (registers the botorch proposer)
 from sro.optimizer.hypervolume import hypervolume_history
+from sro.progress import progress_for, status_for
 from sro.proposers import PROPOSERS
 from sro.pruning import Pruner, TrialPruned, pruned_cost, training_seconds
 from sro.recipe import Recipe
@@ -112,11 +113,6 @@ def make_proposer(optimizer: str, space: RecipeSpace, project: ProjectConfig, ru
 
 def _fmt_scores(scores: dict[str, float]) -> str:
     return "  ".join(f"{k}={v:.3f}" for k, v in scores.items())
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
-                    TimeElapsedColumn(), console=console)
 
 
 def _written_space(run_dir: Path) -> RecipeSpace | None:
@@ -543,7 +539,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
 
     t0 = time.monotonic()
     console.print("preparing benchmarks, data streams and the base model ...")
-    pp = _progress(console)  # started by the first pre-training step: a cached model draws no (empty) bar
+    pp = progress_for(console)  # started by the first pre-training step: a cached model draws no (empty) bar
     pre = pp.add_task("pre-training tiny", total=project.runtime.tiny_pretrain_steps, info="")
 
     def pretrain_progress(step: int, loss: float) -> None:
@@ -561,7 +557,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     # the model's folder resolved: `--runs runs` and `--runs /abs/runs` name one model (scored again otherwise)
     where = str(Path(ctx.base_path).resolve()) if Path(ctx.base_path).exists() else ctx.base_path
     if base is None or ledger.get("base_path") != where:
-        with console.status("scoring the base model on the held-out benchmarks ..."):
+        with status_for(console)("scoring the base model on the held-out benchmarks ..."):
             base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{escape(m)}[/]", highlight=False))
         ledger.put("base_scores", base)
         ledger.put("base_path", where)
@@ -584,12 +580,12 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     if optimizer == "botorch" and len(objectives) > 1:  # qLogNEHVI's kernel, compiled once per machine
         from sro.optimizer.fused_kernel import load_fused_kernel
 
-        load_fused_kernel(console.status)
+        load_fused_kernel(status_for(console))
     pc = project.pruning
     pruner = Pruner(objectives, tuple(pc.at), pc.items, pc.min_dominating, pc.min_steps) if (
         pc.enabled if pruning is None else pruning) else None
 
-    progress = _progress(console)
+    progress = progress_for(console)
     waiting = False
     given_up: set[str] = set()
     failures: list[TrialRecord] = []  # this worker's trials in a row that failed

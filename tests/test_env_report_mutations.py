@@ -223,6 +223,22 @@ def _cells(page: str) -> list[list[str]]:
             for row in re.findall(r"<tr class=[^>]*>(.*?)</tr>", page, flags=re.S)]
 
 
+def test_the_report_colours_rows_as_sro_show_reads_them(tmp_path, monkeypatch):
+    """Green was the front in the report and "beats the base model" in `sro show`; an interrupted trial was red
+    like a failed one (a review, stop 57). Now: the front blue, interrupted grey, failed red; no green."""
+    from sro.ledger import TrialRecord
+    from sro.recipe import Recipe
+
+    recs = [TrialRecord(0, "complete", Recipe({"lr": 0.001}), scores={"a/x": 0.5}, cost={"wall_s": 5.0}),
+            TrialRecord(1, "interrupted", Recipe({"lr": 0.002})),
+            TrialRecord(2, "failed", Recipe({"lr": 0.003}), message="out of memory")]
+    page = _report_page(tmp_path, monkeypatch, recs, {"a/x": 0.1}, [("a/x", "max"), ("cost", "min")])
+    classes = re.findall(r'<tr class="([^"]*)">\s*<td[^>]*>(\d+)</td>', page)
+    assert dict((n, c) for c, n in classes) == {"0": "front", "1": "interrupted", "2": "failed"}, classes
+    css = page.split("<style>")[1].split("</style>")[0]
+    assert "tr.front{background:#e6eefb}" in css and "tr.interrupted{color:#888}" in css and "green rows" not in page
+
+
 def test_the_report_table_shows_numbers_to_four_significant_digits(tmp_path, monkeypatch):
     """The trial table's floats are shown to 4 significant digits (scores, cost, the base model's scores, a
     float setting), integers as they are; the base model's row has a cell under every column, and the page

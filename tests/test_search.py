@@ -71,6 +71,10 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     assert "using the search space in" in r.stdout  # the edited space is used, and said so
     assert "base model held-out" in r.stdout
     assert "budget 2trials spent (2/2 trials done); rerun with a larger --budget" in " ".join(r.stdout.split())
+    # the output is a pipe, as a log file is: the status and each trial's steps are plain lines (rich draws
+    # nothing live off a terminal; a review, stop 57)
+    assert "scoring the base model on the held-out benchmarks ..." in r.stdout
+    assert re.search(r"^trial 1: 1/[23], reward [0-9.]+ \(\d+s\)$", r.stdout, re.M), r.stdout[-3000:]
     first = _trials(runs / "micro")
     assert [t["state"] for t in first] == ["complete", "complete"]
     for t in first:
