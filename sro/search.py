@@ -35,7 +35,7 @@ from sro.proposers import PROPOSERS
 from sro.pruning import Pruner, TrialPruned, pruned_cost, training_seconds
 from sro.recipe import Recipe
 from sro.space import RecipeSpace, SpaceError
-from sro.start_recipes import next_start, start_recipes
+from sro.start_recipes import StartRecipeError, is_exported, next_start, start_recipes
 from sro import yaml_strict
 from trainers.algorithms import ACTS_WHEN, RecipeValueError, idle_setting
 from trainers.grpo import GRPOConfig
@@ -296,6 +296,17 @@ def _start_recipes(project: ProjectConfig, space: RecipeSpace, run_dir: Path, re
                          source=project._source)
 
 
+def _check_start_keys(project: ProjectConfig) -> None:
+    """Before a space is designed: every start recipe's keys are read by some part of a trial (`lrr` was named
+    only after the benchmarks, the base model's pre-training and scoring and the design; a review, stop 57).
+    Whether a recipe fits the space is checked once the space is designed."""
+    for i, entry in enumerate(project.start_recipes):
+        unknown, hints = unread_keys(entry["values"] if is_exported(entry) else entry, project)
+        if unknown:
+            raise StartRecipeError(f"{project._source}: start_recipes[{i}]: no part of a trial reads {hints}; fix or "
+                                   f"remove {'it' if len(unknown) == 1 else 'them'}")
+
+
 CUT_SHORT = 0.5
 """A recipe is not started when the wall time left, less its held-out scoring, would stop its training before
 this fraction of its steps at the study's pace (`_cut_short`): its scores would be a shorter recipe's, kept apart
@@ -536,6 +547,8 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             raise
     if project.start_recipes and not history and shared is None and written is not None:
         _start_recipes(project, written, run_dir, history, console.print, notes=False)  # noted below
+    elif project.start_recipes and not history and shared is None:
+        _check_start_keys(project)  # the space is designed after the set-up; a key no trial reads is a typo now
 
     t0 = time.monotonic()
     console.print("preparing benchmarks, data streams and the base model ...")

@@ -1022,6 +1022,28 @@ def test_a_start_recipe_outside_the_space_stops_a_new_study(micro_project, tmp_p
     assert not (runs / "badstart" / "trials.json").exists() or _trials(runs / "badstart") == []
 
 
+def test_a_start_recipe_key_no_trial_reads_stops_a_new_study_before_its_set_up(micro_project, tmp_path, monkeypatch):
+    """With no space written yet (it is designed after the set-up), a start recipe's typo (`lrr`) was named only
+    after the benchmarks, the base model's preparation and scoring and the design (a review, stop 57)."""
+    from sro.executor import SearchContext
+
+    def prepare(*a, **kw):
+        raise AssertionError("the set-up started")
+
+    monkeypatch.setattr(SearchContext, "prepare", classmethod(prepare))
+    typo = micro_project("typo", extra="start_recipes:\n  - {lrr: 0.002, steps: 2}\n"
+                                       "  - {values: {lr: 0.002, stepz: 2}, fixed: {}}\n")
+    r = run_here("search", str(typo), "--budget", "2trials", "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2, r.output[-3000:]
+    said = " ".join(r.stderr.split())
+    assert f"{typo}: start_recipes[0]: no part of a trial reads 'lrr' (did you mean 'lr'?); fix or remove it" in said
+    assert "preparing benchmarks" not in r.stdout
+    exported = micro_project("typo2", extra="start_recipes:\n  - {values: {lr: 0.002, stepz: 2}, fixed: {}}\n")
+    r = run_here("search", str(exported), "--budget", "2trials", "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and "start_recipes[0]: no part of a trial reads 'stepz' (did you mean 'steps'?)" in \
+        " ".join(r.stderr.split()), r.output[-3000:]
+
+
 def test_start_recipes_that_no_longer_fit_a_study_with_trials_are_skipped(micro_project, tmp_path):
     """A study that has trials (a resume, or a redesign that moved a bound past a start recipe) skips a
     start recipe that does not fit, with a note, instead of failing."""
