@@ -372,8 +372,13 @@ def _read_dataset_rows(spec: SourceSpec, c: dict[str, Any]) -> list[dict[str, An
         raise
     except Exception as e:  # no such hub id, no network, an unknown split or subset
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        # offline, the hub's own words named no way on (a review, stop 57)
+        fix = ("; the hub cannot be reached from here: load it once where it can (datasets keeps it in its cache, "
+               "~/.cache/huggingface), or give a local file (.jsonl, .csv, .parquet) or a save_to_disk folder"
+               if re.search(r"Offline|Couldn't reach|ConnectionError|connect", first) else "")
         raise SourceSpecError(f"cannot load dataset {spec.target!r} (split {c['split']!r}"
-                              f"{', subset ' + repr(c['name']) if c['name'] else ''}): {first[:300]}", "dataset") from None
+                              f"{', subset ' + repr(c['name']) if c['name'] else ''}): {first[:300]}{fix}",
+                              "dataset") from None
     # no rows, checked before the columns: a header-only CSV, an empty .jsonl or `[]` was told to fix its columns
     # (a review, stop 53)
     if len(ds) == 0:

@@ -500,9 +500,23 @@ def _explain(err: dict[str, Any]) -> str:
         allowed = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         near = difflib.get_close_matches(str(err.get("input")), allowed, n=1)
         return f"{msg} (got {err.get('input')!r}" + (f"; did you mean {near[0]!r}?)" if near else ")")
+    loc, given = tuple(err["loc"]), err.get("input")
+    # the fix, not pydantic's words alone (a review, stop 57: `- cost` was "Input should be a valid dictionary")
+    if kind == "dict_type" and loc[:1] == ("objectives",) and len(loc) == 2 and isinstance(given, str):
+        return f"an objective is `{given}: max` or `{given}: min`, a mapping (got {given!r})"
+    if kind == "too_short" and loc == ("domains",):
+        return ("give at least one domain: `domains: {NAME: {sources: [...], benchmarks: [...]}}` (README, "
+                "'The project YAML')")
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
-    return f"{msg} (got {err.get('input')!r})" if kind.endswith(("_type", "_parsing")) else msg
+    if kind.endswith(("_type", "_parsing")) or kind in BOUNDS:  # `threads: -1` said "greater than 0", not what it got
+        got = repr(given)
+        return f"{msg} (got {got if len(got) <= 80 else got[:77] + '...'})"
+    return msg
+
+
+BOUNDS = ("greater_than", "greater_than_equal", "less_than", "less_than_equal", "multiple_of")
+"""Pydantic's error types of a number outside its bounds."""
 
 
 EXPORT_HOW = "write one with `sro export RUN --trial N --out FILE`"

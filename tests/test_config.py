@@ -472,6 +472,19 @@ def test_a_yes_for_a_count_is_refused_not_read_as_one(micro_project):
     assert "seed" in msg and "must be a whole number, not true" in msg, msg
 
 
+@pytest.mark.parametrize("mutate, message", [
+    (lambda d: d["objectives"].append("cost"), "objectives[2]: an objective is `cost: max` or `cost: min`, a mapping "
+                                               "(got 'cost')"),
+    (lambda d: d.update(domains={}), "domains: give at least one domain: `domains: {NAME: {sources: [...], "
+                                     "benchmarks: [...]}}`"),
+    (lambda d: d.update(runtime={"threads": -1}), "runtime.threads: Input should be greater than 0 (got -1)"),
+])
+def test_a_project_error_says_how_to_fix_it_or_what_it_got(micro_project, mutate, message):
+    """pydantic's words alone: "Input should be a valid dictionary (got 'cost')", "Dictionary should have at least 1
+    item after validation, not 0", "Input should be greater than 0" (a review, stop 57)."""
+    assert message in _err(micro_project, mutate)
+
+
 @pytest.mark.parametrize("text, message", [
     ("-1m", "budget '-1m' must be positive"), ("-2trials", "budget '-2trials' must be positive"),
     ("0", "budget '0' must be positive"),

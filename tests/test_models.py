@@ -141,7 +141,10 @@ def test_an_hf_id_without_an_owner_is_looked_up_offline(monkeypatch):
     monkeypatch.setenv("HF_HOME", "/nonexistent-sro-hf-home")
     with pytest.raises(ModelLoadError, match="gpt2: not in the local HF cache") as e:
         load_policy("gpt2", "cpu")
-    assert "neither a local folder" not in str(e.value)
+    assert "neither a local folder" not in str(e.value) and "did you mean 'tiny'" not in str(e.value)
+    with pytest.raises(ModelLoadError, match="tinyy: not in the local HF cache .*; or did you mean 'tiny', the "
+                                             "embedded model?"):  # (a review, stop 57)
+        load_policy("tinyy", "cpu")
 
 
 def test_a_policy_loaded_for_training_has_no_dropout(tmp_path):

@@ -186,6 +186,17 @@ def test_a_dataset_source_reads_local_files_and_a_dataset_folder_through_dataset
             check_source_spec(spec)
 
 
+def test_a_hub_dataset_offline_says_how_to_get_it(monkeypatch):
+    """Offline (HF_HUB_OFFLINE=1 here, as conftest sets it), a hub dataset's error was the hub's words alone,
+    "Couldn't reach 'openai/gsm8k' on the Hub (OfflineModeIsEnabled)", with no way on (a review, stop 57)."""
+    from evaluators.sources import SourceSpecError, check_source_spec
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SourceSpecError, match=r"cannot load dataset 'sro-tests/no-such-set' .*; the hub cannot be "
+                                              r"reached from here: load it once where it can .* or give a local file"):
+        check_source_spec(SourceSpec("dataset", "sro-tests/no-such-set"))
+
+
 @pytest.mark.parametrize("name, text", [("header.csv", "question,answer\n"), ("empty.jsonl", ""),
                                         ("empty.json", "[]")])
 def test_an_empty_dataset_is_told_it_has_no_rows(tmp_path, name, text):

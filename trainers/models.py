@@ -3,6 +3,7 @@ then loaded through the very same `AutoModelForCausalLM` / `AutoTokenizer` calls
 
 from __future__ import annotations
 
+import difflib
 import functools
 import os
 from pathlib import Path
@@ -96,6 +97,8 @@ def hub_offline(model_id: str) -> bool:
     # `models/my-sft` (no ./) that is no folder is read as a hub id: say so, or the hub's answer misleads (a walkthrough)
     folder = (f"; no folder {model_id} was found either (a local folder is ./{model_id}, read from the project's "
               "folder)")
+    if difflib.get_close_matches(model_id, ["tiny"], n=1, cutoff=0.75):  # `tinyy` (a review, stop 57)
+        folder += "; or did you mean 'tiny', the embedded model?"
     if constants.is_offline_mode():
         if cached:
             return True
