@@ -601,6 +601,10 @@ def load_project(path: str | os.PathLike[str], trains: bool = True) -> ProjectCo
         raise ConfigError(f"{path}: is a folder; pass the path of a project YAML (e.g. search_spaces/quickstart.yaml)")
     if not path.is_file():
         raise ConfigError(f"{path}: no such file; pass the path of a project YAML")
+    with path.open("rb") as f:  # a run folder's files, given for the project (a review, stop 57: "not UTF-8 text")
+        if f.read(16) == b"SQLite format 3\x00":
+            raise ConfigError(f"{path}: this is a study's database (SQLite), not a project; pass the project YAML "
+                              f"(a run folder keeps a copy as {path.parent / 'project.yaml'})")
     try:
         data = yaml_strict.safe_load(yaml_strict.read(path))
     except yaml_strict.NotUtf8 as e:
@@ -613,6 +617,9 @@ def load_project(path: str | os.PathLike[str], trains: bool = True) -> ProjectCo
     if isinstance(data, dict) and "project" in data and "recipe" in data:  # was "name: required key is missing"
         raise ConfigError(f"{path}: this is a recipe file (`project:` and `recipe:`, as `sro export` writes it), "
                           f"not a project; run `sro train {path}` on it, or pass a project YAML")
+    if isinstance(data, dict) and "params" in data and "domains" not in data:  # was every known key, 3 times
+        raise ConfigError(f"{path}: this is a search space (`params:`, as `sro design` writes it), not a project; "
+                          "pass the project YAML (a run folder's space.yaml is used by the search of its project)")
     return project_from_data(data, path.parent, str(path), trains)
 
 

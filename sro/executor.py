@@ -396,6 +396,14 @@ def recipe_keys(project: ProjectConfig) -> set[str]:
             | {"algorithm", "seed", "eps"})
 
 
+OTHER_NAMES = {"learning_rate": "lr", "kl_coef": "beta", "init_kl_coef": "beta", "num_generations": "group_size",
+               "epsilon": "eps", "epsilon_low": "eps_low", "epsilon_high": "eps_high", "cliprange": "eps",
+               "max_completion_length": "max_new_tokens", "max_steps": "steps", "max_grad_norm": "grad_clip",
+               "mask_truncated_completions": "mask_truncated"}
+"""Other trainers' names (TRL's GRPOConfig and PPOConfig) of SRO's recipe keys, named in the hint for a key no trial
+reads. Only names for the same quantity: TRL's batch sizes count completions per device, `prompts_per_step` prompts."""
+
+
 def unread_keys(keys: Collection[str], project: ProjectConfig) -> tuple[list[str], str]:
     """Those of `keys` that no part of a trial of `project` reads (`recipe_keys`: a typo such as `lrr`),
     and a text naming each with the nearest known key (`'lrr' (did you mean 'lr'?)`), listing the known
@@ -406,6 +414,9 @@ def unread_keys(keys: Collection[str], project: ProjectConfig) -> tuple[list[str
         return [], ""
     hints, lost = [], False
     for k in unknown:
+        if OTHER_NAMES.get(k) in known:  # TRL's `kl_coef` got a list of every key, none near (a review, stop 57)
+            hints.append(f"{k!r} (SRO's name for it is {OTHER_NAMES[k]!r})")
+            continue
         near = difflib.get_close_matches(k, sorted(known), n=1)
         hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
         lost |= not near

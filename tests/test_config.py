@@ -472,6 +472,24 @@ def test_a_yes_for_a_count_is_refused_not_read_as_one(micro_project):
     assert "seed" in msg and "must be a whole number, not true" in msg, msg
 
 
+def test_a_run_folders_database_or_space_given_as_the_project_says_what_it_is(tmp_path):
+    """`sro search runs/NAME/study.db` said "not UTF-8 text; save the file as UTF-8", and `.../space.yaml` listed
+    every project key three times (a review, stop 57)."""
+    import sqlite3
+
+    db = tmp_path / "study.db"
+    sqlite3.connect(db).execute("create table t (x)").connection.close()
+    with pytest.raises(ConfigError, match=r"study.db: this is a study's database \(SQLite\), not a project; pass "
+                                          r"the project YAML \(a run folder keeps a copy as .*project.yaml\)"):
+        load_project(db)
+    space = tmp_path / "space.yaml"
+    space.write_text("version: 1\nparams:\n  lr: {kind: float, low: 0.001, high: 0.01, log: true}\n")
+    with pytest.raises(ConfigError, match=r"space.yaml: this is a search space \(`params:`, as `sro design` writes "
+                                          r"it\), not a project; pass the project YAML") as e:
+        load_project(space)
+    assert "known keys" not in str(e.value)
+
+
 @pytest.mark.parametrize("mutate, message", [
     (lambda d: d["objectives"].append("cost"), "objectives[2]: an objective is `cost: max` or `cost: min`, a mapping "
                                                "(got 'cost')"),

@@ -332,6 +332,9 @@ def _trained_model_is_kept(folder: Path, recipe: Path, runs: Path) -> None:
      "no part of a trial reads 'proas.lamb' (did you mean 'proas.lam'?)"),
     ({"params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003}}, "fixed": {"zzz_unheard": 1}},
      "no part of a trial reads 'zzz_unheard' (known keys: "),
+    # TRL's name: every known key was listed, none near (a review, stop 57)
+    ({"params": {"lr": {"kind": "float", "low": 0.001, "high": 0.003}}, "fixed": {"kl_coef": 0.1}},
+     "no part of a trial reads 'kl_coef' (SRO's name for it is 'beta'); fix or remove it"),
     # a choice no trial can train: every trial that drew it failed, after the set-up (a walkthrough, stop 34)
     ({"params": {"algorithm": {"kind": "categorical", "choices": ["grpo", "ppo"]}}},
      "params.algorithm.choices: unknown algorithm 'ppo'; known: cispo, "),
