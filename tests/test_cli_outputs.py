@@ -113,6 +113,8 @@ def test_show_prints_ascii_stand_ins_where_the_console_cannot_encode_its_marks(t
     assert "0 complete 0.950 30 * +" in lines, r.stdout
     assert any(line.startswith("front (*): trials 0 - no other complete trial") for line in lines), r.stdout
     assert any(line.startswith("hypervolume after each complete trial: *# 6.05") for line in lines), r.stdout
+    assert "inferred from the trials, so it moves as they come: compare values within one history" in \
+        " ".join(r.stdout.split())  # the point is no project's (a review, stop 57)
     assert _sro("show", str(run_dir)).stdout.count("✔") == 2  # UTF-8 as before
     assert _sro("--help", PYTHONIOENCODING=encoding).returncode == 0  # `show`'s help had a ✔
 

@@ -915,6 +915,7 @@ def test_show_says_when_no_trial_beats_the_stated_reference_point(micro_project,
         said = " ".join(shown.output.split())  # rich wraps at the terminal's width, whatever COLUMNS says
         assert ("the hypervolume is 0: no complete trial is better than the project's reference_point "
                 "{'arithmetic/add': 0.9} on every objective" in said) is says, shown.output
+        assert "reference point [" in said and "; for cost inferred from the trials, so it moves as they come" in said
 
 
 def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(micro_project, tmp_path, monkeypatch):
