@@ -146,7 +146,7 @@ def test_show_names_the_objectives_the_hypervolume_negates(monkeypatch):
     info = {"base_scores": {}, "spent": Spent(), "overlap": {}, "lower": ["x/e"],
             "hypervolume": {"hypervolume": [0.1], "ref_point": [-0.545, 0.16]}}
     said = " ".join(" ".join(_shown(monkeypatch, 200, data, records, info)).split())
-    assert "(reference point [-0.545, 0.16], x/e negated)" in said and "cost negated" not in said, said
+    assert "(reference point [-0.545, 0.16], x/e negated; inferred from the trials" in said and "cost negated" not in said, said
     assert report.negated([("a/x", "max"), ("cost", "min")]) == "cost negated"
     assert report.negated([("a/x", "max")]) == "none negated"
 
