@@ -212,7 +212,8 @@ def design(
         from sro.progress import status_for
 
         with status_for(console)("measuring the base model on the sources and designing the space ..."):
-            space, path = design_space(proj, run_dir, b, ctx, log=err_console.print, version=previous + 1)
+            space, path = design_space(proj, run_dir, b, ctx, log=err_console.print, version=previous + 1,
+                                       unless=written)
     except _user_errors() as e:
         _fail(str(e))
         return
@@ -235,7 +236,9 @@ def design(
     flags = ([f"--budget {shlex.quote(budget)}"] if budget else []) + (
         [f"--runs {shlex.quote(str(runs))}"] if runs != Path("runs") else [])
     hint = " ".join([f"sro search {shlex.quote(str(project))}", *flags])
-    console.print(escape(f"wrote {path}; edit it if you like, then run `{hint}`"), highlight=False, soft_wrap=True)
+    said = (f"wrote {path}" if path is not None else
+            f"the same space as {run_dir / 'space.yaml'} (v{space.version}), which is kept; nothing written")
+    console.print(escape(f"{said}; edit it if you like, then run `{hint}`"), highlight=False, soft_wrap=True)
 
 
 @app.command()

@@ -1125,7 +1125,8 @@ def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_p
     real = sro.designer.design.design_space
     monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
     monkeypatch.setattr(sro.designer.design, "design_space",  # the catalog without the base model: fast
-                        lambda proj, run_dir, b, ctx, log, version: real(proj, run_dir, b, None, log, version))
+                        lambda proj, run_dir, b, ctx, log, version, unless=None:
+                        real(proj, run_dir, b, None, log, version, unless))
     project, runs = micro_project("hint"), tmp_path / "my runs"
     monkeypatch.chdir(tmp_path)  # the second call writes ./runs
     r = CliRunner().invoke(app, ["design", str(project), "--runs", str(runs), "--budget", "3trials"])
@@ -1136,6 +1137,35 @@ def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_p
     assert "batch_multiplier in {2, 3," in said and "{'" not in said, said  # (the table folds the cell)
     r = CliRunner().invoke(app, ["design", str(project), "--runs", "runs"])  # the default: nothing to repeat
     assert r.output.split("then run `")[1].split("`")[0] == f"sro search {project}"
+
+
+def test_sro_design_run_again_to_the_same_space_writes_no_new_version(micro_project, tmp_path, monkeypatch):
+    """`sro design` run twice wrote v2 and v3, each the same space as v1 but for `version:` (a review, stop 57);
+    an edited space.yaml, designed again, still gets the next version (the edit kept aside)."""
+    from typer.testing import CliRunner
+
+    import sro.designer.design
+    import sro.executor
+    from sro.cli import app
+
+    real = sro.designer.design.design_space
+    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
+    monkeypatch.setattr(sro.designer.design, "design_space",  # the catalog without the base model: fast
+                        lambda proj, run_dir, b, ctx, log, version, unless=None:
+                        real(proj, run_dir, b, None, log, version, unless))
+    project, runs = micro_project("again"), tmp_path / "runs"
+    args = ["design", str(project), "--runs", str(runs)]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    first = (runs / "again" / "space.yaml").read_bytes()
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0 and "(v1), which is kept; nothing written" in " ".join(r.output.split()), r.output
+    assert (runs / "again" / "space.yaml").read_bytes() == first
+    assert sorted(f.name for f in (runs / "again").glob("space.v*.yaml")) == ["space.v1.yaml"]
+    edited = first.replace(b"why: a group of 4+", b"why: edited, a group of 4+")
+    assert edited != first
+    (runs / "again" / "space.yaml").write_bytes(edited)
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 0 and "wrote " in r.output and (runs / "again" / "space.v2.yaml").is_file(), r.output
 
 
 def test_a_redesign_keeps_a_pinned_range_around_its_pareto_recipes_and_narrows_nothing_on_flat_scores():

@@ -87,10 +87,15 @@ def write_space(run_dir: Path, space: RecipeSpace, log: Callable[[str], None] = 
 
 
 def design_space(project: ProjectConfig, run_dir: Path, budget: Budget | None = None, ctx=None,
-                 log: Callable[[str], None] = print, version: int = 1) -> tuple[RecipeSpace, Path]:
-    """Design the project's space with its configured designer and write it under `run_dir`."""
+                 log: Callable[[str], None] = print, version: int = 1,
+                 unless: RecipeSpace | None = None) -> tuple[RecipeSpace, Path | None]:
+    """Design the project's space with its configured designer and write it under `run_dir`; where the design
+    is `unless` but for its version (the run folder's space, designed again: `sro design` run twice wrote v2
+    and v3, the same space; a review, stop 57), return `unless` and write nothing (the path None)."""
     catalog = build_catalog(project, budget, ctx)
     space = DESIGNERS.get(project.designer.kind)(catalog, project, run_dir, log)
+    if unless is not None and {**space.to_dict(), "version": unless.version} == unless.to_dict():
+        return unless, None
     space.version = version
     return space, write_space(run_dir, space, log)
 
