@@ -8,6 +8,7 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
@@ -16,10 +17,12 @@ from jinja2 import Template
 from markupsafe import Markup
 
 from evaluators.files import write_whole
+from sro.config import SOURCE_KINDS
 from sro.importance import Importances, parameter_importances
 from sro.ledger import TrialRecord, counted
 from sro.pareto import front_numbers
 from sro.pruning import saved_budget
+from sro.recipe import SOURCE_PREFIX
 from sro.space import RecipeSpace, SpaceError
 from sro import yaml_strict
 
@@ -202,12 +205,27 @@ def curve_figure(records: list[TrialRecord]) -> go.Figure:
     return fig
 
 
-def importance_figure(imp: Importances) -> go.Figure:
+def source_labels(project: dict[str, Any]) -> dict[str, str]:
+    """`src.<domain>.<i>` → that weight's name with its source (`src.arithmetic.0 (reasoning_gym:
+    chain_sum)`): the report named a source weight by its index alone (a review, stop 57)."""
+    out = {}
+    for d, dom in (project.get("domains") or {}).items():
+        for i, src in enumerate((dom or {}).get("sources") or []):
+            kind = next((k for k in SOURCE_KINDS if isinstance(src, dict) and src.get(k) is not None), None)
+            if kind is not None:
+                out[f"{SOURCE_PREFIX}{d}.{i}"] = f"{SOURCE_PREFIX}{d}.{i} ({kind}: {src[kind]})"
+    return out
+
+
+def importance_figure(imp: Importances, labels: dict[str, str] | None = None) -> go.Figure:
     """One bar group per objective: each assessed parameter's fraction of that objective's variance explained by
-    its main effect (`sro.importance`), the parameters ordered by their largest fraction, the largest on top."""
+    its main effect (`sro.importance`), the parameters ordered by their largest fraction, the largest on top;
+    a parameter named by `labels` where it has one (`source_labels`)."""
+    labels = labels or {}
     order = sorted({k for v in imp.by_objective.values() for k in v},
                    key=lambda k: max(v.get(k, 0.0) for v in imp.by_objective.values()))
-    fig = go.Figure([go.Bar(y=order, x=[shares.get(k, 0.0) for k in order], orientation="h", name=key,
+    fig = go.Figure([go.Bar(y=[labels.get(k, k) for k in order], x=[shares.get(k, 0.0) for k in order],
+                            orientation="h", name=key,
                             hovertemplate="%{y}: %{x:.2f} of " + key + "'s variance<extra></extra>")
                      for key, shares in imp.by_objective.items()])
     fig.update_layout(barmode="group", xaxis_title="fraction of the objective's variance explained (main effect)",
@@ -247,8 +265,9 @@ def write_report(run_dir: str | Path) -> Path:
     params = sorted({k for r in records for k in r.recipe.values}
                     | {k for k in fixed_keys if len({repr(r.recipe.get(k)) for r in records}) > 1})
     others = other_benchmarks(score_keys, base)
+    labels = source_labels(data)
     header = (["trial", "state", "✔"] + score_keys + [f"{k} (no objective)" for k in others] + ["cost s", "samples"]
-              + params)
+              + [labels.get(p, p) for p in params])
     late = superseded_by(records)
     late_of = {new: old for old, new in late.items()}
     rows = []
@@ -293,7 +312,7 @@ def write_report(run_dir: str | Path) -> Path:
         imp = parameter_importances(records, objectives, info.get("space"))
     except Exception as e:  # noqa: BLE001 -- the rest of the report matters more than this section
         imp = Importances(note=f"the estimate failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
-    importance_div = (importance_figure(imp).to_html(include_plotlyjs=False, full_html=False)
+    importance_div = (importance_figure(imp, labels).to_html(include_plotlyjs=False, full_html=False)
                       if imp.by_objective else "")
     saved = saved_budget(records)
     spent = info["spent"]

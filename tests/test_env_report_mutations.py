@@ -239,6 +239,31 @@ def test_the_report_colours_rows_as_sro_show_reads_them(tmp_path, monkeypatch):
     assert "tr.front{background:#e6eefb}" in css and "tr.interrupted{color:#888}" in css and "green rows" not in page
 
 
+def test_the_report_names_each_source_weight_with_its_source(tmp_path, monkeypatch):
+    """A source weight was `src.arithmetic.1` in the table and the importance figure, with nothing saying which
+    generator it weighs (a review, stop 57)."""
+    from sro.ledger import TrialRecord
+    from sro.recipe import Recipe
+    from sro.report import importance_figure, source_labels
+    from sro.importance import Importances
+
+    project = {"domains": {"arithmetic": {"sources": [{"reasoning_gym": "basic_arithmetic"},
+                                                      {"reasoning_gym": "chain_sum", "config": {"min_terms": 2}}]},
+                           "facts": {"sources": [{"jsonl": "facts.jsonl"}]}}}
+    assert source_labels(project) == {"src.arithmetic.0": "src.arithmetic.0 (reasoning_gym: basic_arithmetic)",
+                                      "src.arithmetic.1": "src.arithmetic.1 (reasoning_gym: chain_sum)",
+                                      "src.facts.0": "src.facts.0 (jsonl: facts.jsonl)"}
+    recs = [TrialRecord(i, "complete", Recipe({"src.arithmetic.0": w, "src.arithmetic.1": 1 - w, "lr": 0.001}),
+                        scores={"a/x": w}, cost={"wall_s": 5.0}) for i, w in enumerate((0.25, 0.75))]
+    page = _report_page(tmp_path, monkeypatch, recs, {"a/x": 0.1}, [("a/x", "max"), ("cost", "min")],
+                        domains=project["domains"])
+    header = re.findall(r"<th>(.*?)</th>", page)
+    assert "src.arithmetic.1 (reasoning_gym: chain_sum)" in header and "lr" in header, header
+    fig = importance_figure(Importances({"a/x": {"src.arithmetic.1": 0.9, "lr": 0.1}}, 6),
+                            source_labels(project))
+    assert list(fig.data[0].y) == ["lr", "src.arithmetic.1 (reasoning_gym: chain_sum)"]
+
+
 def test_the_report_table_shows_numbers_to_four_significant_digits(tmp_path, monkeypatch):
     """The trial table's floats are shown to 4 significant digits (scores, cost, the base model's scores, a
     float setting), integers as they are; the base model's row has a cell under every column, and the page
