@@ -243,9 +243,9 @@ def design(
 
 @app.command()
 def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs/<name>")]) -> None:
-    """Write RUN_DIR/report.html (Pareto front, hypervolume, what moved each objective, curves, trials; offline)
+    """Write RUN_DIR/report.html (Pareto front, hypervolume, what moved each objective, curves, trials; offline).
 
-    and RUN_DIR/trials.json (every trial, from the study)."""
+    It writes RUN_DIR/trials.json too (every trial, from the study)."""
     from sro.report import write_report
 
     try:
@@ -463,8 +463,9 @@ def train(
                                   "writable folder path") from None
             console.print(f"saved the trained model as {out}", highlight=False)
 
+        of = f"/{rec.get('steps')}" if rec.get("steps") is not None else ""  # of how many (a review, stop 57)
         result = run_trial(rec, ctx, on_step=lambda s, m: console.print(
-            f"step {s}: reward {m.get('reward', float('nan')):.3f}", highlight=False) if s % 5 == 0 else None,
+            f"step {s}{of}: reward {m.get('reward', float('nan')):.3f}", highlight=False) if s % 5 == 0 else None,
             on_trained=keep if out is not None else None)
     except (*_user_errors(), TrialFailed) as e:
         _fail(str(e))

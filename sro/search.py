@@ -615,7 +615,7 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
             reason = budget.exhausted(spent)
             left = budget.remaining_wall_s(spent)
             progress.update(bar, completed=budget.fraction_used(spent),
-                            info=f"{spent.trials} trials, {spent.total('wall_s'):.0f}s of budget {budget}")
+                            info=f"{spent.trials} trials and {spent.total('wall_s'):.0f}s spent of budget {budget}")
             if reason and spent.running and budget.exhausted(spent.finished_only()) is None:
                 # the budget is full only with other workers' running trials: wait for them, since one
                 # whose worker dies must be run again
