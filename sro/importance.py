@@ -6,8 +6,10 @@ is the rest). It answers the question a recipe search is run for, whether the pi
 rates) or the algorithm mattered, and how sure one can be of it: with few trials the forest is rough, so the
 report shows it from `MIN_TRIALS` complete trials on and says how many it used.
 
-Only parameters that every complete trial has are assessed (a conditional one, `proas.lam` beside SFT trials,
-is named as left out), with a range covering every value they took (a redesign may have moved it)."""
+The parameters that every complete trial has are assessed over all of them, with a range covering every value
+they took (a redesign may have moved it). A conditional one (`proas.lam`, beside GRPO trials) is assessed within
+the complete trials where it is active, from `MIN_TRIALS` of them on, beside the parameters those trials share
+(`Importances.within`): its share of the variance among ProAS trials, not of the whole study's."""
 
 from __future__ import annotations
 
@@ -35,6 +37,10 @@ class Importances:
     trials: int = 0
     left_out: list[str] = field(default_factory=list)
     """Parameters some complete trials lack (conditional ones) or that never varied."""
+    within: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Per objective, each conditional parameter's fraction within the complete trials where it is active."""
+    active_in: dict[str, int] = field(default_factory=dict)
+    """How many complete trials each parameter of `within` is active in."""
     note: str = ""
     """Why nothing was estimated, or an objective skipped; empty when all went well."""
 
@@ -77,6 +83,36 @@ def parameter_importances(records: Sequence[TrialRecord], objectives: Sequence[t
         out.note = "no parameter took more than one value across the complete trials"
         return out
 
+    flat = [key for key, _ in objectives if _flat([r.value(key) for r in done])]
+    out.by_objective = _fanova(done, varied, objectives, flat, space, seed)
+    # a conditional parameter within the trials where it is active, beside what those trials share (until stop 57
+    # it was only named as left out: which ProAS knob mattered went unanswered); one fit per set of trials
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for k in (k for k in names if k not in shared):
+        groups.setdefault(tuple(i for i, r in enumerate(done) if k in r.recipe.values), []).append(k)
+    for at, conditional in groups.items():
+        sub = [done[i] for i in at]
+        there = [n for n in names if all(n in r.recipe.values for r in sub)
+                 and len({repr(r.recipe.values[n]) for r in sub}) > 1]
+        keys = [o for o in objectives if not _flat([r.value(o[0]) for r in sub])]
+        if len(sub) < MIN_TRIALS or not keys or not set(conditional) & set(there):
+            continue
+        for key, shares in _fanova(sub, there, keys, [], space, seed).items():
+            out.within.setdefault(key, {}).update({k: shares[k] for k in conditional if k in shares})
+        out.active_in.update({k: len(sub) for k in conditional if k in there})
+    if flat:
+        out.note = f"{', '.join(flat)}: the same value in every complete trial, nothing to explain"
+    return out
+
+
+def _flat(values: list[float]) -> bool:
+    """Nothing to explain: every trial scored the same."""
+    return max(values) - min(values) <= 1e-12 * max(1.0, abs(max(values)))
+
+
+def _fanova(done: Sequence[TrialRecord], varied: list[str], objectives: Sequence[tuple[str, str]], flat: list[str],
+            space: RecipeSpace | None, seed: int) -> dict[str, dict[str, float]]:
+    """fANOVA of `varied` over the trials `done` for each objective not in `flat`."""
     import optuna
     from optuna.importance import FanovaImportanceEvaluator, get_param_importances
     from optuna.trial import create_trial
@@ -85,17 +121,13 @@ def parameter_importances(records: Sequence[TrialRecord], objectives: Sequence[t
     study = optuna.create_study(directions=["maximize" if d == "max" else "minimize" for _, d in objectives])
     study.add_trials([create_trial(params={k: r.recipe.values[k] for k in varied}, distributions=dists,
                                    values=[r.value(k) for k, _ in objectives]) for r in done])
-    flat = []
+    out = {}
     for i, (key, _) in enumerate(objectives):
-        values = [r.value(key) for r in done]
-        if max(values) - min(values) <= 1e-12 * max(1.0, abs(max(values))):
-            flat.append(key)  # nothing to explain: every trial scored the same
+        if key in flat:
             continue
         with warnings.catch_warnings():  # `normalize=False` is marked experimental in Optuna 5
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             imp = get_param_importances(study, evaluator=FanovaImportanceEvaluator(n_trees=TREES, seed=seed),
                                         target=lambda t, i=i: t.values[i], normalize=False)
-        out.by_objective[key] = {k: float(v) for k, v in imp.items()}
-    if flat:
-        out.note = f"{', '.join(flat)}: the same value in every complete trial, nothing to explain"
+        out[key] = {k: float(v) for k, v in imp.items()}
     return out

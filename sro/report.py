@@ -220,14 +220,17 @@ def source_labels(project: dict[str, Any]) -> dict[str, str]:
 def importance_figure(imp: Importances, labels: dict[str, str] | None = None) -> go.Figure:
     """One bar group per objective: each assessed parameter's fraction of that objective's variance explained by
     its main effect (`sro.importance`), the parameters ordered by their largest fraction, the largest on top;
-    a parameter named by `labels` where it has one (`source_labels`)."""
-    labels = labels or {}
-    order = sorted({k for v in imp.by_objective.values() for k in v},
-                   key=lambda k: max(v.get(k, 0.0) for v in imp.by_objective.values()))
+    a parameter named by `labels` where it has one (`source_labels`); a conditional one's bar is its fraction within
+    the trials where it is active, and says so."""
+    labels = {k: v for k, v in (labels or {}).items()}
+    labels.update({k: f"{labels.get(k, k)} (within its {n} trials)" for k, n in imp.active_in.items()})
+    shares_of = {key: {**shares, **imp.within.get(key, {})} for key, shares in imp.by_objective.items()}
+    order = sorted({k for v in shares_of.values() for k in v},
+                   key=lambda k: max(v.get(k, 0.0) for v in shares_of.values()))
     fig = go.Figure([go.Bar(y=[labels.get(k, k) for k in order], x=[shares.get(k, 0.0) for k in order],
                             orientation="h", name=key,
                             hovertemplate="%{y}: %{x:.2f} of " + key + "'s variance<extra></extra>")
-                     for key, shares in imp.by_objective.items()])
+                     for key, shares in shares_of.items()])
     fig.update_layout(barmode="group", xaxis_title="fraction of the objective's variance explained (main effect)",
                       xaxis_range=[0, 1], height=max(260, 60 + 28 * len(order) * max(1, len(imp.by_objective))),
                       margin=dict(t=20, l=160), legend=dict(orientation="h", y=1.08, x=0))
@@ -239,8 +242,12 @@ def importance_note(imp: Importances) -> str:
     if not imp.by_objective:
         return f"not estimated: {imp.note}"
     parts = [f"fANOVA (Optuna's evaluator) over {imp.trials} complete trials; rough below ~20"]
-    if imp.left_out:
-        parts.append(f"left out (not in every complete trial, or one value throughout): {', '.join(imp.left_out)}")
+    if imp.active_in:
+        parts.append("assessed within the complete trials where they are active (their share of the variance there, "
+                     "beside the parameters those trials share): "
+                     + ", ".join(f"{k} ({n} trials)" for k, n in sorted(imp.active_in.items())))
+    if left := [k for k in imp.left_out if k not in imp.active_in]:
+        parts.append(f"left out (not in every complete trial, or one value throughout): {', '.join(left)}")
     if imp.note:
         parts.append(imp.note)
     return "; ".join(parts)
