@@ -580,6 +580,12 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
     trainer = MultiTurnTrainer(model, tok, mcfg, tasks)
     curve: list[dict[str, float]] = []
     trainer.train(_step_callback(curve, model, tok, on_step, on_checkpoint))
+    if trainer.episodes and len(trainer.failures) >= trainer.episodes:
+        # nothing was learnt from the game: was a complete trial (scored on crashed held-out episodes, on the
+        # front), so a broken environment spent the whole budget (a review, stop 57); failed, the repeated-failure
+        # guard stops the search
+        raise TrialFailed(f"every training episode ({trainer.episodes}) ended by an environment error, e.g. "
+                          f"{trainer.failures[0]}; fix the environment (a plugin's adapter, the game files)")
     cost = _trial_cost(trainer, model, t0)
 
     # the failure clock, as in a single-turn trial (until stop 53 only a non-finite loss failed an agent's trial)

@@ -200,3 +200,43 @@ def test_an_hf_base_model_missing_from_the_offline_cache_is_a_config_error_namin
         SearchContext.prepare(load_project(p), tmp_path / "cache", log=lambda s: None)
     assert not built  # said before the benchmarks are built
     models.hub_offline.cache_clear()
+
+
+@pytest.mark.parametrize("crashed", [4, 3])
+def test_a_multi_turn_trial_whose_every_training_episode_crashed_fails(monkeypatch, crashed):
+    """A plugin whose environment raised at every step: each of the trial's 3570 training episodes was an env
+    error, and the trial was recorded complete (scored on crashed held-out episodes, on the front), so a broken
+    environment spent the whole budget (a review, stop 57). Every episode crashed: the trial fails, before its
+    held-out scoring; some did: it is scored, and says how many."""
+    from types import SimpleNamespace
+
+    import sro.executor as ex
+    from sro.recipe import Recipe
+
+    class Trainer:
+        def __init__(self, model, tok, cfg, tasks):
+            self.episodes, self.failures = 4, [f"env error at step 1: RuntimeError: lamp {i} broke" for i in range(crashed)]
+
+        def train(self, callback):
+            pass
+
+    scored = []
+    monkeypatch.setattr(ex, "MultiTurnTrainer", Trainer)
+    monkeypatch.setattr(ex, "_trial_cost", lambda trainer, model, t0: lambda: {"wall_s": 1.0})
+    monkeypatch.setattr(ex, "_collapse", lambda *a: {})
+    task = SimpleNamespace(multi_turn=True)
+    project = SimpleNamespace(runtime=SimpleNamespace(max_new_tokens=4))
+    ctx = SimpleNamespace(tasks={"agent": [task]}, score_s=0.0, project=project,
+                          score=lambda model, tok, history, notes: scored.append(1) or {"agent/held": 0.0})
+    recipe = Recipe({"lr": 1e-3, "steps": 2, "group_size": 2, "prompts_per_step": 2}, {"algorithm": "grpo"})
+    run = lambda: ex.run_multi_turn_trial(recipe, ctx, GRPOConfig(lr=1e-3, steps=2, group_size=2, prompts_per_step=2),
+                                          None, None, t0=0.0)
+    if crashed == 4:
+        with pytest.raises(ex.TrialFailed, match=r"every training episode \(4\) ended by an environment error, e.g. "
+                                                 r"env error at step 1: RuntimeError: lamp 0 broke; fix the environment"):
+            run()
+        assert scored == []
+    else:
+        out = run()
+        assert scored == [1] and out.metrics["env_errors"] == 3.0
+        assert out.notes[0].startswith("3 training episode(s) ended by an environment error")
