@@ -17,7 +17,7 @@ from evaluators.sources import Item, Task, derive_seed, make_task, normalize
 from sro.config import CONFIDENCE_METRICS, EPISODE_METRICS, ConfigError, ProjectConfig
 from sro.recipe import MIX_PREFIX, SOURCE_PREFIX, Recipe
 from trainers.evaluate import evaluate
-from trainers.algorithms import STAGES, RecipeValueError, config_for, sft_config_for
+from trainers.algorithms import STAGES, RecipeValueError, check_regime, config_for, sft_config_for
 from trainers.grpo import GRPOConfig, GRPOTrainer
 from trainers.mixture import Mixture
 from trainers.multiturn import MT_SETTINGS, MultiTurnTrainer, evaluate_episodes, multi_turn_config
@@ -350,6 +350,8 @@ def check_recipe(recipe: Recipe, seed: int, multi_turn: bool = False, **runtime)
     processing_values(values)  # proc.min_len=3.7 too, not when the mixture is built
     if multi_turn:  # proas.lam=1.5 fails here, not after the base model has been scored
         multi_turn_config(algorithm, cfg, values)
+    else:  # proas on prompts trained as GRPO, unsaid (a review, stop 57)
+        check_regime(algorithm, "single_turn")
     return cfg
 
 
@@ -392,8 +394,10 @@ def recipe_keys(project: ProjectConfig) -> set[str]:
     # project's sft.* and proc.* were ignored
     regs = () if project.multi_turn else (STAGES, OPERATORS)
     knobs = {k.name for reg in regs for n in reg.names() for k in reg.get(n).knobs}
-    return (trainer_keys() | knobs | mixture | {f"mt.{k}" for k in MT_SETTINGS}
-            | {"algorithm", "seed", "eps"})
+    # and a single-turn trial reads no `proas.*` and no `mt.*`: they were taken without a word (a review, stop 57)
+    episodes = {f"mt.{k}" for k in MT_SETTINGS} if project.multi_turn else set()
+    trainer = trainer_keys() if project.multi_turn else {k for k in trainer_keys() if not k.startswith("proas.")}
+    return trainer | knobs | mixture | episodes | {"algorithm", "seed", "eps"}
 
 
 OTHER_NAMES = {"learning_rate": "lr", "kl_coef": "beta", "init_kl_coef": "beta", "num_generations": "group_size",

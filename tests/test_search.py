@@ -152,6 +152,11 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     ({"mix.arithmetic": 0.5}, "recipe: weights {'mix.arithmetic': 0.5} must be numbers >= 0 that sum to 1 "
                               "(they sum to 0.5)"),
     ({"src.arithmetic.0": "x"}, "recipe: weights {'src.arithmetic.0': 'x'} must be numbers >= 0 that sum to 1; "),
+    # an agent's settings in a single-turn recipe trained as if absent, and proas as GRPO (a review, stop 57)
+    ({"mt.history": 2}, "recipe: no part of a trial reads 'mt.history'"),
+    ({"proas.lam": 0.5}, "recipe: no part of a trial reads 'proas.lam'"),
+    ({"algorithm": "proas"}, "recipe.values.algorithm: proas is not declared for single-turn domains (it applies to "
+                             "multi_turn); use one of "),
 ])
 def test_train_names_the_recipe_file_and_key_of_a_bad_value(tmp_path, change, needle):
     """`sro train` on a recipe whose value the trainer refuses: one line naming the file and the key

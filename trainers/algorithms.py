@@ -178,6 +178,17 @@ class UnknownAlgorithmError(UnknownNameError, RecipeValueError):
         RecipeValueError.__init__(self, keys, detail, message)
 
 
+def check_regime(algorithm: str, regime: str) -> None:
+    """A `RecipeValueError` of the key `algorithm` where it is not declared for `regime` (`single_turn`,
+    `multi_turn`): proximal_kl over fresh episodes, or proas on single-turn prompts (trained as GRPO, unsaid)."""
+    regimes = ALGORITHMS.get(algorithm).applies_to
+    if regime not in regimes:
+        why = (f"{algorithm} is not declared for {regime.replace('_', '-')} domains (it applies to "
+               f"{', '.join(sorted(regimes))}); use one of "
+               f"{', '.join(n for n in ALGORITHMS.names() if regime in ALGORITHMS.get(n).applies_to)}")
+        raise RecipeValueError(("algorithm",), f"algorithm: {why}", f"algorithm {why}")
+
+
 def config_for(name: str, values: dict[str, Any], **runtime: Any) -> GRPOConfig:
     """A validated GRPOConfig for algorithm `name` from recipe `values` (unknown top-level keys are
     ignored, so a recipe may carry mixture weights, an SFT stage and other non-trainer settings).

@@ -19,7 +19,7 @@ import torch
 
 from evaluators.calibration import ConfidenceRecord, calibration_report, confidence_question
 from evaluators.envs import EpisodeResult, StepInfo, close_quietly, end_reason, episode_metrics, resolve_action
-from trainers.algorithms import ALGORITHMS, ONE_PASS, RecipeValueError, config_value, recipe_settings
+from trainers.algorithms import ONE_PASS, RecipeValueError, check_regime, config_value, recipe_settings
 from trainers.clocks import BatchSchedule, FailureClock, run_steps
 from trainers.core import ADVANTAGES, AGGREGATIONS, EPS_STD, k3_kl, on_mask
 from trainers.grpo import OPTIMIZERS, GRPOConfig
@@ -493,11 +493,7 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     any other algorithm broadcasts GRPO credit; `mt.<field>` for the fields in `MT_SETTINGS` sets how
     episodes are played. A value of the wrong type or out of range is a `RecipeValueError` naming its
     recipe key (`proas.n_min=2.5 must be a whole number`, `mt.history must be >= 0 (got -1)`)."""
-    regimes = ALGORITHMS.get(algorithm).applies_to
-    if "multi_turn" not in regimes:  # e.g. proximal_kl: one pass over fresh episodes is plain REINFORCE to it
-        why = (f"{algorithm} is not declared for multi-turn domains (it applies to {', '.join(sorted(regimes))}); "
-               f"use one of {', '.join(n for n in ALGORITHMS.names() if 'multi_turn' in ALGORITHMS.get(n).applies_to)}")
-        raise RecipeValueError(("algorithm",), f"algorithm: {why}", f"algorithm {why}")
+    check_regime(algorithm, "multi_turn")  # e.g. proximal_kl: one pass over fresh episodes is plain REINFORCE to it
     def key(field: str) -> str:  # the recipe key that set it: `eps` sets both clip ends
         return "eps" if field.startswith("eps_") and field not in values and "eps" in values else field
 
