@@ -28,3 +28,18 @@ def write_whole(path: Path, text: str | bytes) -> None:
     except BaseException:  # a Ctrl-C mid-write too
         tmp.unlink(missing_ok=True)
         raise
+
+
+def readable_as_new_files(folder: Path) -> None:
+    """Give every file in `folder` the mode a new file gets here (0644 under the usual umask of 022): safetensors
+    0.8 writes its weights 0600, so a saved model and `runs/.cache` were unreadable to a team sharing a filesystem
+    (a review, stop 57)."""
+    probe = folder / f".mode-probe{unique_tag()}"
+    probe.touch()  # 0666 less the umask
+    try:
+        mode = probe.stat().st_mode & 0o777
+    finally:
+        probe.unlink()
+    for f in folder.rglob("*"):
+        if f.is_file() and not f.is_symlink():
+            f.chmod(mode)

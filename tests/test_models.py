@@ -439,6 +439,31 @@ def test_save_model_replaces_a_folder_only_with_a_whole_one(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["config.json", "vocab.json"]
 
 
+def test_a_saved_model_is_readable_as_any_new_file(tmp_path):
+    """safetensors 0.8 writes its weights 0600: a model `sro train --out` kept (and `runs/.cache`'s tiny model)
+    was unreadable to a team sharing the filesystem (a review, stop 57). Its files get a new file's mode."""
+    import os
+    import stat
+
+    from trainers.models import save_model
+
+    class Weights:
+        def save_pretrained(self, folder) -> None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / "model.safetensors").write_text("w")
+            os.chmod(Path(folder) / "model.safetensors", 0o600)  # as safetensors leaves it
+
+    class Tok:
+        def save_pretrained(self, folder) -> None:
+            (Path(folder) / "tokenizer.json").write_text("{}")
+
+    (tmp_path / "new").touch()
+    expected = stat.S_IMODE((tmp_path / "new").stat().st_mode)
+    out = save_model(Weights(), Tok(), tmp_path / "m", "recipe: {}\n")
+    modes = {f.name: stat.S_IMODE(f.stat().st_mode) for f in out.iterdir()}
+    assert modes == {"model.safetensors": expected, "tokenizer.json": expected, "sro-recipe.yaml": expected}, modes
+
+
 # ------------------------------------------------------------------------------------------------------------
 # load_policy's checks of the tokenizer against the model (trainers/models.py:141-149, 218-221, 27-28;
 # a coverage review, stop 54)

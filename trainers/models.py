@@ -242,7 +242,7 @@ def save_model(model, tokenizer, folder: Path, recipe_text: str | None = None) -
 
     from transformers.utils import logging as hf_logging
 
-    from evaluators.files import unique_tag, write_whole
+    from evaluators.files import readable_as_new_files, unique_tag, write_whole
 
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -254,6 +254,7 @@ def save_model(model, tokenizer, folder: Path, recipe_text: str | None = None) -
         tokenizer.save_pretrained(tmp)
         if recipe_text is not None:
             write_whole(tmp / "sro-recipe.yaml", recipe_text)
+        readable_as_new_files(tmp)
         if folder.exists():
             folder.rename(old)
         tmp.rename(folder)

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 import trainers.models  # noqa: F401  (quiets transformers' load/save bars)
+from evaluators.files import readable_as_new_files
 from trainers.prompts import format_prompt
 from trainers.sft import cosine_decay, supervised_batch
 from trainers.threads import torch_threads
@@ -197,6 +198,7 @@ def ensure_tiny(pairs: Sequence[tuple[str, str]], cache_dir: str | Path, spec: T
             "seconds": round(time.time() - t0, 1), "params": sum(p.numel() for p in model.parameters()),
             "files": {f.name: f.stat().st_size for f in sorted(tmp.iterdir()) if f.is_file()}}
     (tmp / "build.json").write_text(json.dumps(info, indent=2))
+    readable_as_new_files(tmp)
     for attempt in range(2):
         try:
             tmp.rename(out)
