@@ -154,8 +154,8 @@ def scored_on(project: ProjectConfig) -> dict[str, Any]:
     and benchmarks, the completion length and the tiny model's pre-training. A study keeps it, and a project
     that differs there is refused: its trials would be compared with others measured on something else.
     Files are named by their contents, not their paths (workers on machines whose checkouts lie elsewhere,
-    a project folder renamed), and a local base model by its folder's name; benchmarks by their names,
-    in any order."""
+    a project folder renamed), and a local base model by its folder's name and its weights' fingerprint
+    (`weights_fingerprint`; a study older than it, by the name alone); benchmarks by their names, in any order."""
     data = project.portable_dump(unset=True)  # every key, set or not: only a version of SRO adds or drops one
 
     def entry(item: dict[str, Any]) -> dict[str, Any]:
@@ -174,9 +174,32 @@ def scored_on(project: ProjectConfig) -> dict[str, Any]:
     base = str(data.get("base_model"))
     from trainers.models import looks_like_path
 
-    return {"base_model": Path(base).name if looks_like_path(base) else base, "seed": data.get("seed"),
+    local = Path(base) if looks_like_path(base) else None
+    return {"base_model": local.name if local is not None else base, "seed": data.get("seed"),
             "domains": domains, "max_new_tokens": project.runtime.max_new_tokens,
-            "tiny_pretrain_steps": project.runtime.tiny_pretrain_steps}
+            "tiny_pretrain_steps": project.runtime.tiny_pretrain_steps,
+            **({"base_weights": weights_fingerprint(local)} if local is not None and local.is_dir() else {})}
+
+
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt", "*.pth")
+SAMPLES, SAMPLE_BYTES = 64, 1 << 16
+
+
+def weights_fingerprint(folder: Path) -> str:
+    """A local model folder's weights, named by a digest of each weight file's size and `SAMPLES` evenly spaced
+    pieces of it (4 MiB a file at most: a 15 GB model is not read whole at each resume), and of its config.json:
+    a folder's name was all a study kept, so `sro train --out model --force` over a project's base model went
+    unnoticed and its new trials were compared with the old ones (a review, stop 57). Copies of one model on
+    several machines have one fingerprint."""
+    h = hashlib.sha256()
+    for f in sorted({f for pattern in (*WEIGHT_FILES, "config.json") for f in folder.glob(pattern) if f.is_file()}):
+        size = f.stat().st_size
+        h.update(f"{f.name}:{size}".encode())
+        with f.open("rb") as fh:
+            for i in range(SAMPLES if size > SAMPLES * SAMPLE_BYTES else 1):
+                fh.seek(i * (size - SAMPLE_BYTES) // max(1, SAMPLES - 1) if size > SAMPLES * SAMPLE_BYTES else 0)
+                h.update(fh.read(SAMPLE_BYTES if size > SAMPLES * SAMPLE_BYTES else size))
+    return h.hexdigest()[:16]
 
 
 def _differences(old: Any, new: Any, at: str = "") -> list[str]:
@@ -294,6 +317,8 @@ class Ledger:
     def _check_scored_on(self, project: ProjectConfig) -> None:
         """Refuse `project` where a trial's scores depend on it otherwise than the study's (`scored_on`)."""
         kept, now = self.get("scored_on"), scored_on(project)
+        if kept is not None and "base_weights" not in kept:  # a study started before stop 57 kept the name alone
+            now.pop("base_weights", None)
         if kept is None:  # a new study, or one older than this check
             self.put("scored_on", now)
         elif (differ := _differences(kept, now)) and not any(

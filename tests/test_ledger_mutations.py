@@ -3,6 +3,8 @@ claim of a recipe another worker holds, the adoption of a same-version space edi
 
 from __future__ import annotations
 
+import shutil
+
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -80,6 +82,43 @@ def test_a_study_with_a_score_keeps_its_base_scores_and_refuses_the_change(tmp_p
         Ledger(load_project(path), run_dir)
     path.write_text(PROJECT.format(name="kept"))
     assert Ledger(load_project(path), run_dir).get("base_scores") == {"arithmetic/add": 0.25}
+
+
+def test_a_local_base_model_whose_weights_changed_is_refused_by_a_study_with_a_score(tmp_path):
+    """A local base model was kept by its folder's name alone: `sro train --out model --force` over the project's
+    base model went unnoticed, the resumed search printed the old base scores and compared its new trials with
+    the old ones (a review, stop 57). Its weights' fingerprint is kept too; a copy elsewhere has the same one."""
+    from sro.ledger import SAMPLE_BYTES, SAMPLES, scored_on, weights_fingerprint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
+    weights = bytes(range(256)) * (SAMPLES * SAMPLE_BYTES // 256 * 3)  # large enough to be sampled
+    (model / "model.safetensors").write_bytes(weights)
+    path, run_dir = _project(tmp_path, "local"), tmp_path / "local"
+    path.write_text(path.read_text().replace("base_model: tiny", "base_model: ./model"))
+    assert "base_model: ./model" in path.read_text()
+    ledger = Ledger(load_project(path), run_dir)
+    space = _space()
+    t = ledger.start(_recipes(space, 1)[0], space)
+    ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 1.0}, [])
+    copy = tmp_path / "elsewhere" / "model"
+    shutil.copytree(model, copy)
+    assert weights_fingerprint(copy) == weights_fingerprint(model)
+    changed = bytearray(weights)  # one byte under the 32nd sample (training changes them all; a byte between
+    changed[31 * (len(weights) - SAMPLE_BYTES) // (SAMPLES - 1) + 5] ^= 1  # two samples is not seen)
+    (model / "model.safetensors").write_bytes(bytes(changed))
+    with pytest.raises(ConfigError, match=r"scored with another project: base_weights: \"[0-9a-f]{16}\" → "
+                                          r"\"[0-9a-f]{16}\""):
+        Ledger(load_project(path), run_dir)
+    (model / "model.safetensors").write_bytes(weights)
+    assert Ledger(load_project(path), run_dir).records()[0].scores == {"arithmetic/add": 0.5}
+    # a study started before the fingerprint was kept: the name alone, as then
+    old = Ledger(load_project(path), run_dir)
+    old.put("scored_on", {k: v for k, v in scored_on(load_project(path)).items() if k != "base_weights"})
+    (model / "model.safetensors").write_bytes(bytes(changed))
+    assert Ledger(load_project(path), run_dir).records()[0].state == "complete"
 
 
 # --- 2. `Ledger.start`: a rival claim of the same recipe, and rivals in the trial budget ----------------------
