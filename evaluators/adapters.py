@@ -95,8 +95,8 @@ class Guarded(TextEnv):
         if self.inner is None:
             env = self.factory()
             if not isinstance(env, TextEnv):
-                raise TypeError(f"environment {self.name!r}: its factory returned a {type(env).__name__}, "
-                                "not an evaluators.envs.TextEnv")
+                raise NotATextEnv(f"environment {self.name!r}: its factory returned a {type(env).__name__}, "
+                                  "not an evaluators.envs.TextEnv")
             self.inner = env
         obs, info = self.inner.reset(seed=seed, options=options)
         self.steps = 0
@@ -201,6 +201,10 @@ class EnvTask(GameTask):
                                       f"SRO prepared its source: {type(e).__name__}: {e}") from e
 
 
+class NotATextEnv(TypeError):
+    """An environment factory returned something else than a `TextEnv`: the plugin's fault, not its config's."""
+
+
 def check_env_source(spec: SourceSpec) -> None:
     """Raise `SourceSpecError` for an unregistered environment, or settings its factory or its first game
     refuses (the first game is opened and reset once)."""
@@ -213,6 +217,9 @@ def check_env_source(spec: SourceSpec) -> None:
             env.close()
     except SourceSpecError:
         raise
+    except NotATextEnv as e:  # was "refuses config {...}: TypeError: ...": the config was not at fault (stop 57)
+        raise SourceSpecError(f"{e}; its factory (the plugin's ENVIRONMENTS.add) must return an instance of a "
+                              "TextEnv subclass (README, 'Your own environment')", "env") from None
     except Exception as e:  # the adapter's own validation (a TypeError for an unknown keyword, ...)
         raise SourceSpecError(f"environment {spec.target!r} refuses config {task.settings}: {type(e).__name__}: {e}",
                               "config") from None

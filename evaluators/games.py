@@ -140,10 +140,13 @@ class GameTask(Task):
                 if k:
                     self.replaced[seed] = s
                 return s
+        # an `env:` source or a cooking game has no level to raise (a review, stop 57)
+        grow = ("raise the level" if "level" in str(self.settings) else
+                "change the settings so that they make more distinct games")
         raise GameGenerationError(
             f"{self.spec.kind} {self.spec.target} {self.settings}: the {MAX_REPLACE} games tried for seed {seed} "
             f"are all held-out games; the game space of these settings is too small to keep training and held-out "
-            f"games apart: raise the level, or give the benchmark fewer games")
+            f"games apart: {grow}, or give the benchmark fewer games")
 
     def played_seed(self, g: int) -> int:
         """The seed of the g-th game this source plays."""

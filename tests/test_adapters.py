@@ -215,8 +215,10 @@ def test_an_adapter_that_breaks_the_interface_is_named(register):
     with pytest.raises(SourceSpecError, match="environment 'wrong_info' at reset: returned \\(str, info with "
                                               "NoneType\\); it must return the observation text and info"):
         check_source_spec(SourceSpec("env", "wrong_info", {}))
-    with pytest.raises(SourceSpecError, match="its factory returned a object, not an evaluators.envs.TextEnv"):
+    with pytest.raises(SourceSpecError, match="its factory returned a object, not an evaluators.envs.TextEnv; its "
+                                              "factory .* must return an instance of a TextEnv subclass") as e:
         check_source_spec(SourceSpec("env", "not_an_env", {}))
+    assert "refuses config" not in str(e.value)  # the config was not at fault (a review, stop 57)
     # in a trial, an adapter's crash ends the episode as a failure, never the trial (as for TextWorld)
     result = play(make_task(SourceSpec("env", "wrong_info", {}), 0).make_env(0), lambda obs, st: "go")
     assert not result.success and result.reason.startswith("env error at reset: TypeError: environment 'wrong_info'")
@@ -628,3 +630,21 @@ def test_an_adapter_without_walkthroughs_is_one_error_saying_what_to_fill(regist
                                                   r"there is nothing to pre-train on; the environment must fill "
                                                   r"StepInfo.walkthrough"):
         task.item(0)
+
+
+def test_a_game_space_too_small_for_its_held_out_games_says_how_to_grow_it(register):
+    """Every game tried for a seed is a held-out one: the message said "raise the level" to an `env:` source,
+    which has none (a review, stop 57); a TextWorld source with a level is still told to raise it."""
+    from evaluators.games import GameGenerationError
+
+    register("tiny_world", ENVIRONMENTS.get("corridor"))
+    for spec, grow in ((SourceSpec("env", "tiny_world", {"length": 1, "games": 2}),
+                        "change the settings so that they make more distinct games, or give the benchmark fewer games"),
+                       (SourceSpec("textworld", "coin_collector", {"level": 1, "games": 2}),
+                        "raise the level, or give the benchmark fewer games")):
+        task = make_task(spec, 0)
+        task.signature = lambda seed: "the one game"  # every game alike, and held out
+        task.exclude = frozenset({"the one game"})
+        with pytest.raises(GameGenerationError, match=re.escape(grow)) as e:
+            task.replacement(0)
+        assert "are all held-out games" in str(e.value)
