@@ -196,9 +196,12 @@ def weights_fingerprint(folder: Path) -> str:
         size = f.stat().st_size
         h.update(f"{f.name}:{size}".encode())
         with f.open("rb") as fh:
-            for i in range(SAMPLES if size > SAMPLES * SAMPLE_BYTES else 1):
-                fh.seek(i * (size - SAMPLE_BYTES) // max(1, SAMPLES - 1) if size > SAMPLES * SAMPLE_BYTES else 0)
-                h.update(fh.read(SAMPLE_BYTES if size > SAMPLES * SAMPLE_BYTES else size))
+            if size <= SAMPLES * SAMPLE_BYTES:  # small: whole
+                h.update(fh.read())
+                continue
+            for i in range(SAMPLES):
+                fh.seek(i * (size - SAMPLE_BYTES) // (SAMPLES - 1))
+                h.update(fh.read(SAMPLE_BYTES))
     return h.hexdigest()[:16]
 
 
