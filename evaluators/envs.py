@@ -25,7 +25,10 @@ from gymnasium import spaces
 from evaluators.registry import Registry
 from evaluators.sources import extract_answer
 
-ENVIRONMENTS: Registry = Registry("environment")
+ENVIRONMENTS: Registry = Registry("environment", check=lambda factory: None if callable(factory) else (
+    f"a factory must be callable, (seed, settings, **kw) -> TextEnv; got a {type(factory).__name__}"))
+"""Environment factories by name. `ENVIRONMENTS.add("x", 42)` was accepted and failed at the first game as
+"refuses config ...: 'int' object is not callable" (a review, stop 57)."""
 _log = logging.getLogger(__name__)
 
 MAX_TEXT = 8192

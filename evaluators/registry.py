@@ -25,8 +25,11 @@ class Registry(Generic[T]):
     instances: list[Registry] = []
     """Every registry made: what a plugin that failed half-way registered is taken back from (`sro.plugins`)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, check: Callable[[T], str | None] | None = None) -> None:
+        """`check`: what is wrong with an object offered to `add` (None: nothing), refused then as a TypeError
+        rather than failing where it is first used."""
         self.kind = kind
+        self.check = check
         self._items: dict[str, T] = {}
         Registry.instances.append(self)
 
@@ -42,6 +45,8 @@ class Registry(Generic[T]):
     def add(self, name: str, obj: T) -> None:
         if name in self._items:
             raise ValueError(f"{self.kind} {name!r} is already registered; pick another name")
+        if self.check is not None and (why := self.check(obj)) is not None:
+            raise TypeError(f"{self.kind} {name!r}: {why}")
         self._items[name] = obj
 
     def remove(self, name: str) -> None:

@@ -340,9 +340,15 @@ runtime: {{tiny_pretrain_steps: 10, threads: 1, max_new_tokens: 6}}
                  "named 'needs_a_missing_dependency'"),
     ("shop_dep_adapter", "plugins[0]: shop_dep_adapter: importing it failed (shop_dep_adapter.py, line 1): "
                          "ModuleNotFoundError: No module named 'shop_dep'"),  # not "no module 'shop_dep_adapter'"
+    # accepted, it failed at the first game as "refuses config ...: 'int' object is not callable" (a review, stop 57)
+    ("not_a_factory.py", "plugins[0]: not_a_factory.py: importing it failed (not_a_factory.py, line 2): TypeError: "
+                         "environment 'sro_test_42': a factory must be callable, (seed, settings, **kw) -> TextEnv; "
+                         "got a int"),
 ])
 def test_a_plugin_that_cannot_be_imported_is_a_config_error(tmp_path, monkeypatch, plugin, needle):
     monkeypatch.syspath_prepend(str(tmp_path))
+    (tmp_path / "not_a_factory.py").write_text("from evaluators.envs import ENVIRONMENTS\n"
+                                               "ENVIRONMENTS.add('sro_test_42', 42)\n")
     (tmp_path / "broken.py").write_text("x = 1\ny = x / 0\n")
     (tmp_path / "needs.py").write_text("import needs_a_missing_dependency\n")
     (tmp_path / "shop_dep_adapter.py").write_text("import shop_dep\n")
