@@ -230,6 +230,14 @@ def design(
     for sx in space.simplexes:
         t.add_row(sx.name, "simplex: " + ", ".join(sx.members), sx.rationale)
     console.print(t)
+    from sro.search import _start_recipes
+    from sro.start_recipes import StartRecipeError
+
+    try:  # a start recipe this space refuses was found only by the search (a review, stop 57)
+        _start_recipes(proj, space, run_dir, [], console.print, notes=False)
+    except StartRecipeError as e:
+        err_console.print(f"[yellow]warning[/]: {escape(str(e))}; `sro search` refuses it until the space or the "
+                          "start recipe is mended", highlight=False)
     # the same flags, or the copied command searches ./runs (or another budget) and ignores this space
     import shlex
 

@@ -1168,6 +1168,28 @@ def test_sro_design_run_again_to_the_same_space_writes_no_new_version(micro_proj
     assert r.exit_code == 0 and "wrote " in r.output and (runs / "again" / "space.v2.yaml").is_file(), r.output
 
 
+def test_sro_design_warns_of_a_start_recipe_its_space_refuses(micro_project, tmp_path, monkeypatch):
+    """`sro design` wrote the space and said to run the search, which then refused the project's start recipe
+    (a review, stop 57). It still writes the space, and warns which start recipe the search will refuse."""
+    from typer.testing import CliRunner
+
+    import sro.designer.design
+    import sro.executor
+    from sro.cli import app
+
+    real = sro.designer.design.design_space
+    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
+    monkeypatch.setattr(sro.designer.design, "design_space",
+                        lambda proj, run_dir, b, ctx, log, version, unless=None:
+                        real(proj, run_dir, b, None, log, version, unless))
+    project = micro_project("warn", extra="start_recipes:\n  - {lr: 0.5, steps: 2}\n")
+    r = CliRunner().invoke(app, ["design", str(project), "--runs", str(tmp_path / "runs")])
+    assert r.exit_code == 0 and (tmp_path / "runs" / "warn" / "space.yaml").is_file(), r.output
+    said = " ".join(r.stderr.split())
+    assert f"warning: {project}: start_recipes[0]:" in said and "`sro search` refuses it until the space or the " \
+        "start recipe is mended" in said, said
+
+
 def test_a_redesign_keeps_a_pinned_range_around_its_pareto_recipes_and_narrows_nothing_on_flat_scores():
     """Two redesign cases a review found (stop 37): a pinned int range [8, 8] dropped an earlier version's
     Pareto value 5 (the docs say the new range holds every Pareto recipe); and with every score equal (nothing
