@@ -237,7 +237,7 @@ def design(
         _start_recipes(proj, space, run_dir, [], console.print, notes=False)
     except StartRecipeError as e:
         err_console.print(f"[yellow]warning[/]: {escape(str(e))}; `sro search` refuses it until the space or the "
-                          "start recipe is mended", highlight=False)
+                          "start recipe is mended", highlight=False, soft_wrap=True)  # a path whole, as `_fail`'s
     # the same flags, or the copied command searches ./runs (or another budget) and ignores this space
     import shlex
 
