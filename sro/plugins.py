@@ -41,8 +41,11 @@ def load_plugins(entries: list[str], base_dir: Path) -> list[str]:
                               "(my_team.envs) or the path of a .py file, or remove the entry")
         if entry.endswith(".py") or "/" in entry or "\\" in entry:
             path = (base_dir / Path(entry).expanduser()).resolve()
-            if not path.is_file():
-                raise PluginError(f"{at}: no such file ({path}; a relative path is read from the project's folder)")
+            if not path.is_file():  # an absolute one is as a run's project.yaml or `sro export` keeps it: moved since
+                why = ("an absolute path, as a run's project.yaml and `sro export` keep a plugin: the file has moved or "
+                       "is on another machine; edit this entry under plugins: to where it is now"
+                       if Path(entry).is_absolute() else "a relative path is read from the project's folder")
+                raise PluginError(f"{at}: no such file ({path}; {why})")
             _import_file(path, at)
             out.append(str(path))
         else:

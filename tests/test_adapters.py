@@ -333,6 +333,11 @@ runtime: {{tiny_pretrain_steps: 10, threads: 1, max_new_tokens: 6}}
 
 @pytest.mark.parametrize("plugin, needle", [
     ("missing.py", "plugins[0]: missing.py: no such file"),
+    # an exported recipe's plugin, moved since: the fix is its entry, not the project's folder (a review, stop 57)
+    ("/nonexistent-sro/plugins/moved.py", "plugins[0]: /nonexistent-sro/plugins/moved.py: no such file "
+                                          "(/nonexistent-sro/plugins/moved.py; an absolute path, as a run's project.yaml "
+                                          "and `sro export` keep a plugin: the file has moved or is on another machine; "
+                                          "edit this entry under plugins: to where it is now)"),
     ("no_such_module_here", "plugins[0]: no_such_module_here: no module 'no_such_module_here' on the Python path"),
     ("broken.py", "plugins[0]: broken.py: importing it failed (broken.py, line 2): ZeroDivisionError"),
     # a module the plugin imports is missing, not the plugin: say which
