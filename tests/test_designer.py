@@ -1113,20 +1113,26 @@ def test_a_hand_edit_in_another_encoding_is_kept_byte_for_byte_and_a_search_name
     assert kept.read_bytes() == edited and len(logs) == 1
 
 
+@pytest.fixture
+def design_without_the_base_model(monkeypatch):
+    """`sro design` in this process with the catalog built without the base model (nothing prepared): fast."""
+    import sro.designer.design
+    import sro.executor
+
+    real = sro.designer.design.design_space
+    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
+    monkeypatch.setattr(sro.designer.design, "design_space", lambda proj, run_dir, b, ctx, log, version, unless=None:
+                        real(proj, run_dir, b, None, log, version, unless))
+
+
+@pytest.mark.usefixtures("design_without_the_base_model")
 def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_path, monkeypatch):
     """The hint after `sro design --runs DIR --budget B` dropped both flags: the copied command searched
     ./runs, ignored the reviewed space and designed another one there."""
     from typer.testing import CliRunner
 
-    import sro.designer.design
-    import sro.executor
     from sro.cli import app
 
-    real = sro.designer.design.design_space
-    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
-    monkeypatch.setattr(sro.designer.design, "design_space",  # the catalog without the base model: fast
-                        lambda proj, run_dir, b, ctx, log, version, unless=None:
-                        real(proj, run_dir, b, None, log, version, unless))
     project, runs = micro_project("hint"), tmp_path / "my runs"
     monkeypatch.chdir(tmp_path)  # the second call writes ./runs
     r = CliRunner().invoke(app, ["design", str(project), "--runs", str(runs), "--budget", "3trials"])
@@ -1139,20 +1145,14 @@ def test_sro_designs_next_step_hint_repeats_runs_and_budget(micro_project, tmp_p
     assert r.output.split("then run `")[1].split("`")[0] == f"sro search {project}"
 
 
-def test_sro_design_run_again_to_the_same_space_writes_no_new_version(micro_project, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("design_without_the_base_model")
+def test_sro_design_run_again_to_the_same_space_writes_no_new_version(micro_project, tmp_path):
     """`sro design` run twice wrote v2 and v3, each the same space as v1 but for `version:` (a review, stop 57);
     an edited space.yaml, designed again, still gets the next version (the edit kept aside)."""
     from typer.testing import CliRunner
 
-    import sro.designer.design
-    import sro.executor
     from sro.cli import app
 
-    real = sro.designer.design.design_space
-    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
-    monkeypatch.setattr(sro.designer.design, "design_space",  # the catalog without the base model: fast
-                        lambda proj, run_dir, b, ctx, log, version, unless=None:
-                        real(proj, run_dir, b, None, log, version, unless))
     project, runs = micro_project("again"), tmp_path / "runs"
     args = ["design", str(project), "--runs", str(runs)]
     assert CliRunner().invoke(app, args).exit_code == 0
@@ -1168,20 +1168,14 @@ def test_sro_design_run_again_to_the_same_space_writes_no_new_version(micro_proj
     assert r.exit_code == 0 and "wrote " in r.output and (runs / "again" / "space.v2.yaml").is_file(), r.output
 
 
-def test_sro_design_warns_of_a_start_recipe_its_space_refuses(micro_project, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("design_without_the_base_model")
+def test_sro_design_warns_of_a_start_recipe_its_space_refuses(micro_project, tmp_path):
     """`sro design` wrote the space and said to run the search, which then refused the project's start recipe
     (a review, stop 57). It still writes the space, and warns which start recipe the search will refuse."""
     from typer.testing import CliRunner
 
-    import sro.designer.design
-    import sro.executor
     from sro.cli import app
 
-    real = sro.designer.design.design_space
-    monkeypatch.setattr(sro.executor.SearchContext, "prepare", classmethod(lambda cls, *a, **kw: None))
-    monkeypatch.setattr(sro.designer.design, "design_space",
-                        lambda proj, run_dir, b, ctx, log, version, unless=None:
-                        real(proj, run_dir, b, None, log, version, unless))
     project = micro_project("warn", extra="start_recipes:\n  - {lr: 0.5, steps: 2}\n")
     r = CliRunner().invoke(app, ["design", str(project), "--runs", str(tmp_path / "runs")])
     assert r.exit_code == 0 and (tmp_path / "runs" / "warn" / "space.yaml").is_file(), r.output
