@@ -222,7 +222,7 @@ def importance_figure(imp: Importances, labels: dict[str, str] | None = None) ->
     its main effect (`sro.importance`), the parameters ordered by their largest fraction, the largest on top;
     a parameter named by `labels` where it has one (`source_labels`); a conditional one's bar is its fraction within
     the trials where it is active, and says so."""
-    labels = {k: v for k, v in (labels or {}).items()}
+    labels = dict(labels or {})
     labels.update({k: f"{labels.get(k, k)} (within its {n} trials)" for k, n in imp.active_in.items()})
     shares_of = {key: {**shares, **imp.within.get(key, {})} for key, shares in imp.by_objective.items()}
     order = sorted({k for v in shares_of.values() for k in v},
