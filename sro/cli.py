@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -265,35 +266,77 @@ def report(run_dir: Annotated[Path, typer.Argument(metavar="RUN_DIR", help="runs
 
 
 def _over(t: Table, con: Console) -> int:
-    """How many characters `t` is wider than `con` even with its text wrapped at every space (0: it fits)."""
-    return max(0, con.measure(t, options=con.options.update_width(10_000)).minimum - con.width)
+    """How many characters `t` is wider than `con` (0: it fits) with each column at the least rich gives it: a
+    number column (`no_wrap`) as wide as its longest line, up to its `max_width` (a header folds; rich shrinks no
+    such column), a text column at its `min_width`. rich's own minimum let a header's space stand for room the
+    text column then paid for: `interrupt/ed` at 80 columns (a review, stop 57)."""
+    from rich.cells import cell_len
+
+    def least(c) -> int:
+        if not c.no_wrap:  # its longest word, as rich measures it
+            return c.min_width or max((cell_len(w) for cell in (c.header, *c.cells) for w in str(cell).split()),
+                                      default=1)
+        w = max((cell_len(line) for cell in (c.header, *c.cells) for line in str(cell).splitlines()), default=0)
+        return w if c.max_width is None else min(w, c.max_width)
+
+    _, right, _, left = t.padding
+    edges = (2 if t.box and t.show_edge else 0) + (len(t.columns) - 1 if t.box else 0)
+    return max(0, sum(least(c) + left + right for c in t.columns) + edges - con.width)
 
 
 def _wide(t: Table, con: Console) -> bool:
-    """Whether `t` cannot fit `con` even with its text wrapped at every space."""
+    """Whether `t` cannot fit `con` (`_over`)."""
     return _over(t, con) > 0
 
 
+def _at_marks(text: str, width: int) -> list[str]:
+    """`text`'s lines at most `width` wide where breaking after a `/`, `_`, `.`, `-` or space can make them so: a
+    benchmark's name `multiplication/mult_heldout` as `multiplication/` over `mult_heldout`, its words whole."""
+    lines = [""]
+    for piece in re.findall(r"[^/_.\- ]*[/_.\- ]?", text)[:-1]:  # findall ends with an empty match
+        if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += piece
+    return [line.rstrip() for line in lines]
+
+
 def _narrow(t: Table, con: Console) -> None:
-    """Fit `t` to a terminal narrower than it: its number columns (`no_wrap`, never split: at 40 columns 0.950
-    was 0.9 over 50, a review at stop 53) fold their headers, the widest header first and only by what the
-    table is too wide (folding every header to its numbers' width made `trial` `tria/l` at 80 columns in a
-    table that fitted with one header folded: a walkthrough, stop 54), at most down to their numbers' width;
-    then the cells lose their padding, so that rich, which narrows only the text columns, leaves them some room."""
+    """Fit `t` to a terminal narrower than it. Its number columns (`no_wrap`, never split: at 40 columns 0.950
+    was 0.9 over 50, a review at stop 53) narrow their headers, the one with the most to give first and only by
+    what the table is too wide (folding every header to its numbers' width made `trial` `tria/l` at 80 columns
+    in a table that fitted with one header folded: a walkthrough, stop 54), at most down to their numbers' width:
+    first by breaking a header after a `/`, `_`, `.`, `-` or space; where that is not enough, by folding it
+    mid-word (`multi/plica/tion` at 80 columns was a fold where a break after the slash fitted: a review, stop
+    57), after the cells have lost their padding. Last, the text columns split their words rather than the
+    table lose its edge."""
     cols = [c for c in t.columns if c.no_wrap]
     floor = {id(c): max(len(str(cell)) for cell in (*c.cells, "1234")) for c in cols}  # a header: 4 characters a line
 
-    def width(c) -> int:
-        return c.max_width if c.max_width is not None else len(str(c.header))
+    def longest(lines: list[str]) -> int:
+        return max(map(len, lines), default=0)
 
+    def width(c) -> int:
+        return c.max_width if c.max_width is not None else longest(str(c.header).splitlines())
+
+    def whole(c) -> int:  # as narrow as its header gets with its words whole
+        return max(floor[id(c)], longest(re.findall(r"[^/_.\- ]*[/_.\-]?", str(c.header))))
+
+    while (over := _over(t, con)) and (breakable := [c for c in cols if whole(c) < width(c)]):
+        c = max(breakable, key=lambda c: width(c) - whole(c))
+        lines = _at_marks(" ".join(str(c.header).splitlines()), max(whole(c), width(c) - over))
+        c.header = Text("\n".join(lines), overflow="fold", no_wrap=False)
+    if _wide(t, con):
+        t.padding = (0, 0)
     while (over := _over(t, con)) and cols:
         c = max(cols, key=lambda c: width(c) - floor[id(c)])
         if width(c) <= floor[id(c)]:
             break
         # half its header at least, so that a fold leaves two even lines, not `parity_heldou` over `t`
-        c.max_width = max(floor[id(c)], min(width(c) - over, -(-len(str(c.header)) // 2)))
-    if _wide(t, con):
-        t.padding = (0, 0)
+        c.max_width = max(floor[id(c)], min(width(c) - over, -(-width(c) // 2)))
+    for c in t.columns:
+        if _wide(t, con) and not c.no_wrap:
+            c.min_width = None
 
 
 def _show_table(run_dir: Path) -> None:
@@ -314,8 +357,8 @@ def _show_table(run_dir: Path) -> None:
     for h in ["trial", "state", *keys, *(f"{k} (no objective)" for k in others), "cost s", "front", "beats"]:
         # a long benchmark name wraps, not cut to `arithmetic/…`; a number never does: at 40 columns 0.950 was
         # 0.9 over 50 (a review, stop 53), so the state column (text) is the one that narrows
-        t.add_column(Text(h, overflow="fold", no_wrap=False), justify="right", overflow="fold",
-                     no_wrap=h != "state")
+        t.add_column(Text(h, overflow="fold", no_wrap=False),
+                     justify="right", overflow="fold", no_wrap=h != "state")
     if base:
         t.add_row("base", "", *[f"{base.get(k, float('nan')):.3f}" for k in keys + others], "", "", "", style="bold")
     for r in records:
@@ -326,6 +369,8 @@ def _show_table(run_dir: Path) -> None:
         t.add_row(str(r.number), state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys + others],
                   f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "", "✔" if beats else "",
                   style="green" if beats else None)
+    # its words whole: the fit shrank the state before a header with a space, `interrupt/ed` at 80 columns
+    t.columns[1].min_width = max(len(w) for c in ("state", *t.columns[1].cells) for w in str(c).split())
     _narrow(t, console)
     console.print(t)
     if not records:
