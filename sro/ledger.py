@@ -271,6 +271,7 @@ class Ledger:
         self.withdrawal = ""
         """Why the last `start` returned None."""
         self.changed: list[str] = []
+        self.plugins_changed: list[str] = []  # plugins whose code differs from the scored trials' (a warning)
         """How the project differs from the one a study that holds no score was made with (taken)."""
         for attempt in range(5):
             try:
@@ -315,6 +316,7 @@ class Ledger:
         if create:  # a search: the read-only commands read the study as it is (its files may have changed since)
             self.study.set_user_attr("objectives", [k for k, _ in self.objectives])
             self._check_scored_on(project)
+            self._check_plugin_code(project)
             self.recover()
 
     def _check_scored_on(self, project: ProjectConfig) -> None:
@@ -337,6 +339,18 @@ class Ledger:
             raise ConfigError(f"study {project.name!r} in {self.run_dir} was scored with another project: "
                               f"{'; '.join(differ[:3])}{more}; its trials would be compared with trials measured "
                               "otherwise: use a new `name:` for the changed project, or put those settings back")
+
+    def _check_plugin_code(self, project: ProjectConfig) -> None:
+        """Name in `plugins_changed` each plugin whose code differs from the one the study's scored trials ran
+        with, then keep the new code's digests (`plugin_digests`): a warning, not a refusal like `scored_on`'s,
+        since most edits of a plugin (a fix elsewhere, a comment, a new environment) move no score."""
+        from sro.plugins import plugin_digests
+
+        kept, now = self.get("plugin_code"), plugin_digests(project.plugins)
+        if kept is not None and any("scores" in t.user_attrs for t in self.study.get_trials(deepcopy=False)):
+            self.plugins_changed = [name for name in now if name in kept and kept[name] != now[name]]
+        if kept != now:
+            self.put("plugin_code", now)
 
     # --- study-level facts --------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:

@@ -54,6 +54,23 @@ def load_plugins(entries: list[str], base_dir: Path) -> list[str]:
     return out
 
 
+def plugin_digests(entries: list[str]) -> dict[str, str]:
+    """Each loaded entry (as `load_plugins` returns them) by its file's name, or its module's, with a digest of
+    the file's contents: what a study keeps of a plugin's code, so that a resume after the plugin was edited
+    says its earlier trials were scored with the earlier code (a review, stop 57). Copies elsewhere have the same
+    digests; a module without a file (a namespace package) is named with "no file"."""
+    out = {}
+    for entry in entries:
+        path: Path | None = Path(entry) if Path(entry).is_absolute() else None
+        if path is None:
+            spec = importlib.util.find_spec(entry)
+            path = Path(spec.origin) if spec is not None and spec.has_location and spec.origin else None
+        name = Path(entry).name if Path(entry).is_absolute() else entry
+        out[name] = (hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None and path.is_file()
+                     else "no file")
+    return out
+
+
 def _failure(at: str, e: BaseException, path: Path | None = None) -> PluginError:
     """The plugin's own error, with the line of the plugin (its last frame in the plugin's file, where it is
     known) that raised it."""

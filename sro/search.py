@@ -511,6 +511,11 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
         console.print(f"the project changed since {run_dir} was started ({escape('; '.join(ledger.changed[:3]))}"
                       f"{more}); no trial there holds a score, so the study takes it as it is now",
                       highlight=False)
+    if ledger.plugins_changed:
+        console.print(f"[yellow]warning[/]: plugin {escape(', '.join(ledger.plugins_changed))} changed since the "
+                      f"trials in {escape(str(run_dir))} were scored: they are kept and compared with the new "
+                      "ones; if the change moves scores (a reward, an environment's rules), search under a new "
+                      "`name:` instead", highlight=False, soft_wrap=True)
     # atomic: a kill while it is written must not leave the run's project unreadable
     write_whole(run_dir / "project.yaml", yaml_strict.safe_dump(project.portable_dump(), sort_keys=False))
     history = ledger.records()

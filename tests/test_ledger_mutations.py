@@ -121,6 +121,28 @@ def test_a_local_base_model_whose_weights_changed_is_refused_by_a_study_with_a_s
     assert Ledger(load_project(path), run_dir).records()[0].state == "complete"
 
 
+def test_a_plugin_edited_since_the_scored_trials_is_named_once(tmp_path):
+    """A plugin's code was no part of what a study kept: a resume after editing the plugin (its environment's
+    rules, a reward) kept the old trials without a word (a review, stop 57). The study keeps each plugin's digest
+    and names a plugin whose code changed since a trial was scored, once; it refuses nothing."""
+    plugin = tmp_path / "myenv.py"
+    plugin.write_text("RULES = 1\n")
+    path, run_dir = _project(tmp_path, "plug"), tmp_path / "plug"
+    path.write_text(path.read_text() + "plugins: [myenv.py]\n")
+    ledger = Ledger(load_project(path), run_dir)
+    assert ledger.get("plugin_code") == {"myenv.py": __import__("hashlib").sha256(b"RULES = 1\n").hexdigest()[:16]}
+    plugin.write_text("RULES = 2\n")  # no trial scored yet: taken without a word
+    assert Ledger(load_project(path), run_dir).plugins_changed == []
+    space = _space()
+    t = ledger.start(_recipes(space, 1)[0], space)
+    ledger.finish(t, {"arithmetic/add": 0.5}, {"wall_s": 1.0}, [])
+    assert Ledger(load_project(path), run_dir).plugins_changed == []  # the code the trial ran with
+    plugin.write_text("RULES = 3\n")
+    assert Ledger(load_project(path), run_dir).plugins_changed == ["myenv.py"]
+    again = Ledger(load_project(path), run_dir)
+    assert again.plugins_changed == [] and again.records()[0].scores == {"arithmetic/add": 0.5}
+
+
 # --- 2. `Ledger.start`: a rival claim of the same recipe, and rivals in the trial budget ----------------------
 
 def test_a_claim_of_a_recipe_another_worker_is_training_is_withdrawn(tmp_path):

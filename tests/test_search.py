@@ -65,6 +65,9 @@ def _with_small_space(micro_project, tmp_path: Path, name: str) -> tuple[Path, P
 @pytest.mark.slow
 def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     project, runs = _with_small_space(micro_project, tmp_path, "micro")
+    plugin = project.parent / "helpers.py"  # a plugin the trials import; edited before the resume below
+    plugin.write_text("RULES = 1\n")
+    project.write_text(project.read_text() + "plugins: [helpers.py]\n")
 
     r = run("search", str(project), "--budget", "2trials", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -87,10 +90,13 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
     # interpreter only adds its start-up; the searches around it are subprocesses)
     r = run_here("search", str(project), "--budget", "2trials", "--runs", str(runs))
     assert r.exit_code == 0 and "already spent" in r.stdout
-    # a bigger budget resumes: old trials kept as they were, one new recipe
+    assert "changed since" not in r.stdout
+    # a bigger budget resumes: old trials kept as they were, one new recipe; the plugin edited since is named
+    plugin.write_text("RULES = 2\n")
     r = run("search", str(project), "--budget", "3trials", "--runs", str(runs), cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "resuming" in r.stdout
+    assert "warning: plugin helpers.py changed since the trials in" in " ".join(r.stdout.split()), r.stdout
     after = _trials(runs / "micro")
     assert after[:2] == first
     keys = [Recipe.from_dict(t["recipe"]).key for t in after]
