@@ -417,13 +417,20 @@ def unread_keys(keys: Collection[str], project: ProjectConfig) -> tuple[list[str
     if not unknown:
         return [], ""
     hints, lost = [], False
+    # an agent project's recipe in a single-turn one: its mt.* got "did you mean 'beta'?" (a review, stop 57)
+    agent = [] if project.multi_turn else [k for k in unknown if k.partition(".")[0] in ("mt", "proas")]
     for k in unknown:
+        if k in agent:
+            continue
         if OTHER_NAMES.get(k) in known:  # TRL's `kl_coef` got a list of every key, none near (a review, stop 57)
             hints.append(f"{k!r} (SRO's name for it is {OTHER_NAMES[k]!r})")
             continue
         near = difflib.get_close_matches(k, sorted(known), n=1)
         hints.append(f"{k!r}" + (f" (did you mean {near[0]!r}?)" if near else ""))
         lost |= not near
+    if agent:
+        hints.append(f"{', '.join(map(repr, agent))} (a multi-turn agent project's settings, and this project's "
+                     "domains are single-turn: drop them, and algorithm proas, or give the recipe to an agent project)")
     return unknown, ", ".join(hints) + (f" (known keys: {', '.join(sorted(known))})" if lost else "")
 
 

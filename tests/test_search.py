@@ -159,7 +159,9 @@ def test_search_runs_resumes_and_never_repeats(micro_project, tmp_path):
                               "(they sum to 0.5)"),
     ({"src.arithmetic.0": "x"}, "recipe: weights {'src.arithmetic.0': 'x'} must be numbers >= 0 that sum to 1; "),
     # an agent's settings in a single-turn recipe trained as if absent, and proas as GRPO (a review, stop 57)
-    ({"mt.history": 2}, "recipe: no part of a trial reads 'mt.history'"),
+    ({"mt.history": 2}, "recipe: no part of a trial reads 'mt.history' (a multi-turn agent project's settings, and "
+                        "this project's domains are single-turn: drop them, and algorithm proas, or give the recipe "
+                        "to an agent project)"),
     ({"proas.lam": 0.5}, "recipe: no part of a trial reads 'proas.lam'"),
     ({"algorithm": "proas"}, "recipe.values.algorithm: proas is not declared for single-turn domains (it applies to "
                              "multi_turn); use one of "),
@@ -1057,6 +1059,15 @@ def test_a_start_recipe_key_no_trial_reads_stops_a_new_study_before_its_set_up(m
     r = run_here("search", str(exported), "--budget", "2trials", "--runs", str(tmp_path / "runs"))
     assert r.exit_code == 2 and "start_recipes[0]: no part of a trial reads 'stepz' (did you mean 'steps'?)" in \
         " ".join(r.stderr.split()), r.output[-3000:]
+    # an agent project's exported recipe: its mt.* got "did you mean 'beta'?" or the known keys (stop 58)
+    agent = micro_project("typo3", extra="start_recipes:\n  - {values: {algorithm: proas, lr: 0.002, mt.history: 2, "
+                                         "proas.lam: 0.5, stepz: 2}, fixed: {mt.episodes: 4}}\n")
+    r = run_here("search", str(agent), "--budget", "2trials", "--runs", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and ("start_recipes[0]: no part of a trial reads 'stepz' (did you mean 'steps'?), "
+                                 "'mt.history', 'proas.lam' (a multi-turn agent project's settings, and this "
+                                 "project's domains are single-turn: drop them, and algorithm proas, or give the "
+                                 "recipe to an agent project); fix or remove them") in " ".join(r.stderr.split()), \
+        r.output[-3000:]
 
 
 def test_start_recipes_that_no_longer_fit_a_study_with_trials_are_skipped(micro_project, tmp_path):
