@@ -148,6 +148,13 @@ class SearchContext:
             if overlap[key] > 0:
                 log(f"{key}: {overlap[key]:.0%} of its questions also occur in training streams (disjoint seeds, "
                     "small problem space); `decontaminate: true` excludes them from training")
+        for dname, dom in project.domains.items():  # a calibration metric graded a question never pre-trained
+            graded = [b for b in dom.benchmarks if b.metric in CONFIDENCE_METRICS]
+            if graded and project.base_model == "tiny" and not any(getattr(t, "confidence", False) for t in tasks[dname]):
+                log(f"{dname}/{graded[0].name}: its {graded[0].metric} grades the agent's stated confidence, but no "
+                    f"source of {dname} sets `confidence: true` in its config, so the base model's pre-training "
+                    "never asks the question; add it to a source's config (docs/agent.md, \"Calibration as an "
+                    "objective\")")
         base_path = project.base_model
         if project.base_model == "tiny":
             mix = Mixture(tasks, seed=project.seed, exclude_questions=exclude)

@@ -659,3 +659,49 @@ def test_a_game_space_too_small_for_its_held_out_games_says_how_to_grow_it(regis
         with pytest.raises(GameGenerationError, match=re.escape(grow)) as e:
             task.replacement(0)
         assert "are all held-out games" in str(e.value)
+
+
+CALIBRATED = f"""\
+name: calibrated
+base_model: tiny
+seed: 0
+plugins: [{PLUGIN}]
+domains:
+  corridor:
+    sources:
+      - env: corridor
+        config: {{length: 2, doors: 3, games: 4, max_steps: 4{{confidence}}}}
+    benchmarks:
+      - {{name: ece_heldout, env: corridor, config: {{length: 2, doors: 3, games: 2, max_steps: 4}}, metric: ece}}
+runtime: {{tiny_pretrain_steps: 2, threads: 1, max_new_tokens: 8}}
+"""
+
+
+@pytest.mark.parametrize("confidence", ["", ", confidence: true"])
+def test_a_calibration_benchmark_whose_sources_never_ask_for_confidence_is_noted(tmp_path, confidence):
+    """An `ece` benchmark graded a question the tiny model's pre-training never asked, without a word, where no
+    source set `confidence: true` (docs/agent.md asks for it; a review, stop 57). The set-up now says so, before
+    the base model is built."""
+    from sro.executor import SearchContext
+
+    class Built(Exception):
+        pass
+
+    said: list[str] = []
+
+    def log(line: str) -> None:
+        said.append(line)
+        if line.startswith("base model:"):
+            raise Built
+
+    p = tmp_path / "calibrated.yaml"
+    p.write_text(CALIBRATED.replace("{confidence}", confidence))
+    with pytest.raises(Built):
+        SearchContext.prepare(load_project(p), tmp_path / "cache", log=log)
+    note = [line for line in said if "confidence: true" in line]
+    if confidence:
+        assert note == [], said
+    else:
+        assert note == ["corridor/ece_heldout: its ece grades the agent's stated confidence, but no source of corridor "
+                        "sets `confidence: true` in its config, so the base model's pre-training never asks the "
+                        "question; add it to a source's config (docs/agent.md, \"Calibration as an objective\")"], said
