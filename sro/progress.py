@@ -10,6 +10,7 @@ model ...", a spinner on a terminal) is a line there too.
 from __future__ import annotations
 
 import time
+from numbers import Integral
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
@@ -41,7 +42,7 @@ class LineProgress(Progress):
         if done and last == float("inf"):  # its last line is out
             return
         self._said[task_id] = float("inf") if done else now
-        if task.total is not None and task.total > 1:
+        if isinstance(task.total, Integral):  # steps, as a count: a 1-step trial read "100%" (stop 57); a share as %
             at = f"{task.completed:.0f}/{task.total:.0f}"
         else:
             at = f"{task.completed / (task.total or 1):.0%}"
