@@ -36,6 +36,12 @@ class TrialFailed(RuntimeError):
     """A trial that could not finish (bad recipe, crash); the search records it and goes on."""
 
 
+class EnvironmentFailed(TrialFailed):
+    """A trial the environment failed, not the recipe: every training episode ended by an environment error. Its
+    own name, so that the repeated-failure guard counts it (a `TrialFailed` is the recipe's own, and never stops
+    the search: a broken plugin spent the whole budget on failed trials, never run again; a review, stop 58)."""
+
+
 class TrialCollapsed(TrialFailed):
     """Training collapsed (the failure clock fired, ALGORITHMS.md §6): stopped early, not scored."""
 
@@ -602,7 +608,7 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
         # nothing was learnt from the game: was a complete trial (scored on crashed held-out episodes, on the
         # front), so a broken environment spent the whole budget (a review, stop 57); failed, the repeated-failure
         # guard stops the search
-        raise TrialFailed(f"every training episode ({trainer.episodes}) ended by an environment error, e.g. "
+        raise EnvironmentFailed(f"every training episode ({trainer.episodes}) ended by an environment error, e.g. "
                           f"{trainer.failures[0]}; fix the environment (a plugin's adapter, the game files)")
     cost = _trial_cost(trainer, model, t0)
 

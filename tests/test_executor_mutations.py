@@ -232,7 +232,7 @@ def test_a_multi_turn_trial_whose_every_training_episode_crashed_fails(monkeypat
     run = lambda: ex.run_multi_turn_trial(recipe, ctx, GRPOConfig(lr=1e-3, steps=2, group_size=2, prompts_per_step=2),
                                           None, None, t0=0.0)
     if crashed == 4:
-        with pytest.raises(ex.TrialFailed, match=r"every training episode \(4\) ended by an environment error, e.g. "
+        with pytest.raises(ex.EnvironmentFailed, match=r"every training episode \(4\) ended by an environment error, e.g. "
                                                  r"env error at step 1: RuntimeError: lamp 0 broke; fix the environment"):
             run()
         assert scored == []

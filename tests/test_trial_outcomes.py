@@ -599,6 +599,18 @@ def test_the_same_error_in_trials_in_a_row_stops_the_search_and_runs_them_again_
     (runs / "oom" / "space.yaml").write_text(SPACE.format(fixed="seed: 2"))
     summary = run_search(load_project(micro_project("oom")), Budget.parse("3trials"), runs, "random", Console(quiet=True))
     assert [t.state for t in summary.trials] == ["failed"] * 3
+    # an environment that fails every training episode is the environment's failure, not the recipe's: it was a
+    # TrialFailed, the recipe's own, and a broken plugin spent the whole budget (a review, stop 58)
+    from sro.executor import EnvironmentFailed
+
+    monkeypatch.setattr(search_mod, "run_trial", lambda *a, **k: (_ for _ in ()).throw(EnvironmentFailed(
+        f"every training episode ({len(a[0].key)}) ended by an environment error, e.g. game 3: env error: "
+        "ConnectionError: game server unreachable; fix the environment")))
+    (runs / "game").mkdir(parents=True)
+    (runs / "game" / "space.yaml").write_text(SPACE.format(fixed="seed: 4"))
+    with pytest.raises(search_mod.RepeatedFailure, match=r"trials 0, 1, 2 failed in a row with the same error: "
+                                                         r"EnvironmentFailed: every training episode"):
+        run_search(load_project(micro_project("game")), Budget.parse("6trials"), runs, "random", Console(quiet=True))
     # a trial that completes between two failures starts the count again
     from sro.executor import TrialOutcome
 
