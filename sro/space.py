@@ -366,6 +366,13 @@ class RecipeSpace:
                 raise SpaceError(f"`fixed` must be a mapping of setting → value, e.g. {{algorithm: grpo}} (got {fixed!r})")
             if isinstance(version, bool) or not isinstance(version, int):  # `version: two` was a traceback
                 raise SpaceError(f"`version` must be a whole number (got {version!r})")
+            # a key in both: the searched value won, and the trial read `fixed: lr: 1e-4` in its own recipe file
+            # while it trained at 1.6e-4 (a review, stop 58)
+            if both := sorted(set(fixed) & {*(p.name for p in params), *(m for sx in simplexes for m in sx.members)}):
+                raise SpaceError(f"{', '.join(both)} {'is' if len(both) == 1 else 'are'} both searched and fixed "
+                                 f"(fixed: {', '.join(f'{k}: {fixed[k]!r}' for k in both)}); remove "
+                                 f"{'it' if len(both) == 1 else 'each'} from `params:` to hold it at that value, or "
+                                 "from `fixed:` to search it")
             if not params and not simplexes:  # a 0-byte space.yaml was searched at the trainer's defaults
                 raise SpaceError("the space searches nothing (no `params:` and no `simplexes:`); delete the file "
                                  "to have it designed afresh, or list the parameters to search")

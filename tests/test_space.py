@@ -250,6 +250,13 @@ def test_yaml_bounds_written_without_a_dot_are_numbers():
     ("params: {lr: {kind: float, low: 0.1, high: .inf}}\n", "high must be a finite number"),
     ("", "the space searches nothing"),
     ("version: 2\nfixed: {algorithm: grpo}\n", "the space searches nothing"),
+    # both searched and fixed: the searched value won without a word (a review, stop 58)
+    ("fixed: {algorithm: grpo, lr: 1.0e-4}\nparams: {lr: {kind: float, low: 0.1, high: 1}, "
+     "algorithm: {kind: categorical, choices: [grpo, pg]}}\n",
+     "algorithm, lr are both searched and fixed (fixed: algorithm: 'grpo', lr: 0.0001); remove each from `params:` "
+     "to hold it at that value, or from `fixed:` to search it"),
+    ("fixed: {mix.a: 0.5}\nparams: {lr: {kind: float, low: 0.1, high: 1}}\nsimplexes: {m: {members: [mix.a, mix.b]}}\n",
+     "mix.a is both searched and fixed"),
 ])
 def test_a_malformed_space_yaml_is_named_not_a_traceback_or_a_wrong_space(text, needle):
     """Hand edits a review found (stop 37): tracebacks (`version: two`, `fixed: [algorithm]`), misleading errors
