@@ -173,18 +173,23 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
     if (problem := weight_problem(Recipe(values, dict(space.fixed)), project)) is not None:
         raise SpaceError(f"{where}: mixture weights (fixed: and the simplexes' members together): {problem}"
                          + (f"; {mend}" if shared else ""))
-    # each choice of a categorical knob at the centre of the rest: a choice refused whatever else is drawn
-    # (an unknown algorithm `ppo`, proximal_kl in an agent project) failed every trial that drew it
+    # each choice of a categorical knob, and each bound of a numeric one, at the centre of the rest: a value
+    # refused whatever else is drawn (an unknown algorithm `ppo`, proximal_kl in an agent project, `steps` from
+    # 0) failed every trial that drew it (a bound: a review, stop 58)
     for i, p in enumerate(space.params):
-        for c in p.choices or [] if p.kind == "categorical" else []:
+        ends = ([(c, p.to_unit(c), f"params.{p.name}.choices", f"; remove {c!r} from that list")
+                 for c in p.choices or []] if p.kind == "categorical" else
+                [(v, u, f"params.{p.name}.{side}", f"; move {side} to a value the trainer takes")
+                 for v, u, side in ((p.low, 0.0, "low"), (p.high, 1.0, "high"))] if p.kind in ("float", "int") else [])
+        for _, at, key, fix in ends:
             u = np.full(space.dim, 0.5)
-            u[i] = p.to_unit(c)
+            u[i] = at
             try:
                 check_recipe(Recipe(space.from_unit(u), dict(space.fixed)), project.seed, multi_turn=project.multi_turn)
             except RecipeValueError as e:
                 if e.keys == (p.name,):
-                    raise SpaceError(f"{where}: " + e.located({p.name: f"params.{p.name}.choices"})
-                                     + f"; remove {c!r} from that list" + (f"; {mend}" if shared else "")) from None
+                    raise SpaceError(f"{where}: " + e.located({p.name: key}) + fix
+                                     + (f"; {mend}" if shared else "")) from None
             except (KeyError, ValueError, TypeError):
                 pass
 

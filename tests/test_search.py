@@ -353,6 +353,11 @@ def _trained_model_is_kept(folder: Path, recipe: Path, runs: Path) -> None:
      "params.algorithm.choices: unknown algorithm 'ppo'; known: cispo, "),
     ({"params": {"algorithm": {"kind": "categorical", "choices": ["proximal_kl", "proas"]}}},
      "params.algorithm.choices: proximal_kl is not declared for multi-turn domains"),
+    # a bound the trainer refuses: every trial that drew near it failed, after the set-up (a review, stop 58)
+    ({"params": {"steps": {"kind": "int", "low": 0, "high": 4}}},
+     "params.steps.low must be >= 1 (got 0); move low to a value the trainer takes"),
+    ({"params": {"proas.lam": {"kind": "float", "low": 0.0, "high": 1.5}}, "fixed": {"algorithm": "proas"}},
+     "params.proas.lam.high must be in [0, 1] (got 1.5); move high to a value the trainer takes"),
     # a dimension that does nothing at the space's fixed or default setting (stop 54)
     ({"params": {"batch_switch_at": {"kind": "float", "low": 0.5, "high": 0.9}}},
      "params.batch_switch_at does nothing here: the batch grows only at a batch_multiplier of 2 or more, and the "
