@@ -501,6 +501,11 @@ def _check_jsonl(spec: SourceSpec) -> None:
         raise SourceSpecError(f"no such file {spec.target!r} (a relative path is read from the project YAML's folder; "
                               "a recipe from `sro export` keeps the absolute paths of the machine it ran on: copy the "
                               "file there, or edit the path)", "jsonl")
+    other = (f"`dataset: {spec.target}` reads it with `config: {{question: <its question key>, answer: <its answer "
+             "key>}` (and `answer_after:`, `split:`)")
+    if spec.config:  # taken and ignored: `config: {question: prompt}` still said the rows lack 'question'
+        raise SourceSpecError(f"a jsonl source takes no config (got {', '.join(map(str, spec.config))}): its rows "
+                              f"are read as question/answer; for other key names {other}", "config")
     rows = 0
     shape = '(each line is one {"question": ..., "answer": ...} object)'
     try:
@@ -513,7 +518,9 @@ def _check_jsonl(spec: SourceSpec) -> None:
             if missing:  # absent or null: it would train and score against the text "None"
                 null = [k for k in missing if isinstance(row, dict) and k in row]
                 what = f"has {' and '.join(null)} null" if null else f"lacks {missing}"
-                raise SourceSpecError(f"{path.name} line {lineno} {what} {shape}", "jsonl")
+                keys = (f"; its keys are {', '.join(map(str, row))}: {other}"  # it was found in the code (stop 58)
+                        if isinstance(row, dict) and set(row) - {"question", "answer"} and not null else "")
+                raise SourceSpecError(f"{path.name} line {lineno} {what} {shape}{keys}", "jsonl")
             problem = _row_problem(row["question"], row["answer"])
             if problem:
                 raise SourceSpecError(f"{path.name} line {lineno}: {problem} {shape}", "jsonl")

@@ -499,6 +499,8 @@ def _explain(err: dict[str, Any]) -> str:
     if kind == "literal_error":  # one of a fixed set: what was given, and the nearest allowed value
         allowed = re.findall(r"'([^']*)'", str(err.get("ctx", {}).get("expected", "")))
         near = difflib.get_close_matches(str(err.get("input")), allowed, n=1)
+        if str(err.get("input")).lower() in ("gpu", "nvidia", "cuda:0") and "cuda" in allowed:  # not 'cpu'
+            near = ["cuda"]
         return f"{msg} (got {err.get('input')!r}" + (f"; did you mean {near[0]!r}?)" if near else ")")
     loc, given = tuple(err["loc"]), err.get("input")
     # the fix, not pydantic's words alone (a review, stop 57: `- cost` was "Input should be a valid dictionary")

@@ -42,6 +42,9 @@ def test_unknown_key(micro_project):
     assert "domains.arithmetic.benchmarks[0].sizes: unknown key; did you mean 'size'?" in msg
     msg = _err(micro_project, lambda d: d.update(runtime={"zzz": 1}))
     assert "runtime.zzz: unknown key; known keys here: device, eval_batch_size" in msg
+    # the nearest spelling of `gpu` is 'cpu', the opposite of what was meant (a review, stop 58)
+    msg = _err(micro_project, lambda d: d.update(runtime={"device": "gpu"}))
+    assert "(got 'gpu'; did you mean 'cuda'?)" in msg
 
 
 def test_budget_without_unit(micro_project):

@@ -78,10 +78,17 @@ def test_jsonl_rows_are_read_exactly_and_every_line_is_checked(tmp_path):
                           "line 2 has answer null"),
                          ('{"question": "b"}\n', "line 1 lacks ['answer']"),
                          ('{"question": "a", "answer": "1"}\n\n[1, 2]\n', "line 3 lacks ['answer', 'question']"),
-                         ('{"question": "a", "answer": "1"}\n{"question": "b"', "line 2 is not JSON")):
+                         ('{"question": "a", "answer": "1"}\n{"question": "b"', "line 2 is not JSON"),
+                         # other key names: `dataset:` reads them, and nothing said so (a review, stop 58)
+                         ('{"prompt": "a", "target": "1"}\n', "line 1 lacks ['answer', 'question'] (each line is "
+                          'one {"question": ..., "answer": ...} object); its keys are prompt, target: `dataset: '
+                          f"{p}` reads it with `config: {{question: <its question key>, answer: <its answer key>}}`")):
         p.write_text(text)
         with pytest.raises(SourceSpecError, match=re.escape(needle)):
             check_source_spec(SourceSpec("jsonl", str(p)))
+    with pytest.raises(SourceSpecError, match=re.escape("a jsonl source takes no config (got question, answer): its "
+                                                        "rows are read as question/answer; for other key names")):
+        check_source_spec(SourceSpec("jsonl", str(p), {"question": "prompt", "answer": "target"}))
     p.write_bytes('{"question": "caf\u00e9", "answer": "1"}\n'.encode("latin-1"))
     with pytest.raises(SourceSpecError, match="is not UTF-8 text"):
         check_source_spec(SourceSpec("jsonl", str(p)))
