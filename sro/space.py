@@ -21,6 +21,14 @@ class SpaceError(ValueError):
     """A malformed space or a recipe that does not fit it."""
 
 
+class OutsideError(SpaceError):
+    """A recipe's value outside its parameter's range or choices; `key` names the parameter."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
+
+
 def choice_index(choices: list[Any], value: Any) -> int:
     """Position of `value` in `choices`, telling True from 1 (list.index would not)."""
     for i, c in enumerate(choices):
@@ -295,7 +303,7 @@ class RecipeSpace:
                 if p.kind == "int" and isinstance(v, float) and math.isfinite(v) and not v.is_integer():
                     raise SpaceError(f"{p.name} must be a whole number (got {v!r})")
                 rng = p.choices if p.choices is not None else f"[{p.low}, {p.high}]"
-                raise SpaceError(f"{p.name}={values[p.name]!r} is outside {rng}")
+                raise OutsideError(f"{p.name}={values[p.name]!r} is outside {rng}", p.name)
         for s in self.simplexes:
             w = [values.get(m) for m in s.members]
             numeric = all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in w)

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from sro.recipe import Recipe
-from sro.space import RecipeSpace, SpaceError
+from sro.space import OutsideError, RecipeSpace, SpaceError
 
 
 class StartRecipeError(SpaceError):
@@ -78,6 +78,10 @@ def start_recipe(entry: dict[str, Any], space: RecipeSpace, at: str, where: str,
     borrowed = {k: v for k, v in inherited.items() if k in names and k not in own}
     try:
         canonical = space.canonical({**borrowed, **own})
+    except OutsideError as e:  # the fix, and the borrowed settings only where the value is one (a review, stop 58)
+        came = f" (the recipe file's fixed {e.key}, which this space searches)" if e.key in borrowed else ""
+        raise StartRecipeError(f"{at}: {e} in {where}{came}; widen params.{e.key} there to take it, or change the "
+                               f"start recipe's {e.key}") from None
     except SpaceError as e:
         came = (f" ({', '.join(sorted(borrowed))}: the recipe file's fixed settings, which this space searches)"
                 if borrowed else "")
