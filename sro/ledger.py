@@ -271,8 +271,9 @@ class Ledger:
         self.withdrawal = ""
         """Why the last `start` returned None."""
         self.changed: list[str] = []
-        self.plugins_changed: list[str] = []  # plugins whose code differs from the scored trials' (a warning)
         """How the project differs from the one a study that holds no score was made with (taken)."""
+        self.plugins_changed: list[str] = []
+        """The plugins whose code differs from the one the study's scored trials ran with (a warning)."""
         for attempt in range(5):
             try:
                 if not create and not _has_tables(opened):  # Optuna's open would create them
@@ -295,6 +296,12 @@ class Ledger:
             except STORAGE_ERRORS as e:  # Optuna wraps some of SQLAlchemy's in its StorageInternalError
                 if file is not None and storage_failure(e, url).startswith(f"{file} is damaged"):
                     raise ConfigError(storage_failure(e, url)) from None  # was a traceback (a review, stop 37)
+                if create and file is not None and "readonly database" in str(e) + cause(e):  # was 7 s of retries,
+                    raise ConfigError(  # then "check `storage:`" for a project without one (a review, stop 58)
+                        f"{file}: the study cannot be written here (SQLite: attempt to write a readonly database): "
+                        "the file, or its folder, where SQLite writes its journal, is read-only; make both writable, "
+                        "or copy the run folder somewhere writable and search there (`sro show` and `sro report` "
+                        "read it as it is)") from None
                 if not create and file is not None and "readonly database" in str(e) + cause(e) \
                         and _journal(file.resolve()).is_file():
                     raise ConfigError(

@@ -298,3 +298,26 @@ def test_a_score_equal_to_the_base_models_does_not_beat_it():
     assert not tie.beats(base, lower={"a/ece"})
     assert TrialRecord(1, "complete", Recipe({"lr": 1e-3}), scores={"a/win": 0.6, "a/ece": 0.1}).beats(
         base, lower={"a/ece"})
+
+
+def test_a_study_that_cannot_be_written_says_so_at_once(tmp_path, monkeypatch):
+    """A run folder on a read-only mount: the search retried for 7 s, then said to check `storage:` (the server,
+    the database, the URL) for a project that sets none (a review, stop 58). Root writes through a chmod, so the
+    refusal is SQLite's own, raised where the study is created."""
+    import sqlite3
+
+    import optuna
+    import sqlalchemy
+
+    path, run_dir = _project(tmp_path, "ro"), tmp_path / "ro"
+    tries = []
+
+    def readonly(*a, **kw):
+        tries.append(1)
+        raise sqlalchemy.exc.OperationalError("INSERT", {}, sqlite3.OperationalError("attempt to write a readonly database"))
+
+    monkeypatch.setattr(optuna, "create_study", readonly)
+    with pytest.raises(ConfigError, match=r"study\.db: the study cannot be written here \(SQLite: attempt to write a "
+                                          r"readonly database\): the file, or its folder, .* is read-only"):
+        Ledger(load_project(path), run_dir)
+    assert tries == [1]
