@@ -725,10 +725,12 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
                 starts = _start_recipes(project, space, run_dir, ledger.records(), progress.console.print)
                 proposer = make_proposer(optimizer, space, project, run_dir)
 
-    ledger.add_worker_time(time.monotonic() - mark - training_s)
     records = ledger.records()
     summary = SearchSummary(run_dir, base, records, reason or "")
     from sro.report import write_report
 
-    summary.report = write_report(run_dir)
+    try:
+        summary.report = write_report(run_dir)
+    finally:  # the report's seconds count too (a review, stop 58); its own figures were read before them
+        ledger.add_worker_time(time.monotonic() - mark - training_s)
     return summary
