@@ -175,7 +175,7 @@ def search(
             raise
         _fail(str(e), 1)  # the environment, not the input
         return
-    _show_table(summary.run_dir)
+    _show_table(summary.run_dir, searched=True)
     base = summary.base_scores
     winners = [r for r in summary.trials if r.beats(base, proj.lower_is_better())]
     console.print(f"{len(winners)} trial(s) beat the base model on every held-out benchmark"
@@ -339,7 +339,8 @@ def _narrow(t: Table, con: Console) -> None:
             c.min_width = None
 
 
-def _show_table(run_dir: Path) -> None:
+def _show_table(run_dir: Path, searched: bool = False) -> None:
+    """`searched`: printed at the end of `sro search`, whose budget may have gone on its set-up."""
     from sro.ledger import counted
     from sro.pareto import front_numbers
     from sro.pruning import saved_budget
@@ -373,8 +374,10 @@ def _show_table(run_dir: Path) -> None:
     t.columns[1].min_width = max(len(w) for c in ("state", *t.columns[1].cells) for w in str(c).split())
     _narrow(t, console)
     console.print(t)
-    if not records:
-        console.print("no trial yet: `sro search` on the project runs them", highlight=False)
+    if not records:  # after a search, its own command was the hint (`--budget 1s`; a review, stop 58)
+        console.print("no trial yet: the set-up (benchmarks, the base model, the space) took the budget; it is kept, "
+                      "so a rerun with a larger --budget spends it on trials" if searched else
+                      "no trial yet: `sro search` on the project runs them", highlight=False)
     for old, new in sorted(late.items()):
         console.print(f"trial {new} is trial {old}'s late result (another worker had marked it interrupted while it "
                       "trained on): counted once", highlight=False)

@@ -301,3 +301,17 @@ def test_show_and_report_on_a_file_say_it_is_a_file(tmp_path):
     for verb in ("show", "report"):
         r = CliRunner().invoke(cli.app, [verb, str(f)])
         assert r.exit_code == 2 and f"{f} is a file; pass a run folder, runs/<name>" in " ".join(r.output.split())
+
+
+def test_a_search_whose_budget_went_on_its_set_up_says_a_rerun_spends_more_on_trials(monkeypatch):
+    """`sro search --budget 1s` pre-trained, scored and designed, then ended with `no trial yet: \\`sro search\\` on
+    the project runs them`: the command just run (a review, stop 58). `sro show` keeps its hint."""
+    data = {"name": "p", "objectives": [{"a/x": "max"}]}
+    info = {"base_scores": {"a/x": 0.1}, "spent": Spent(), "overlap": {}, "lower": [], "hypervolume": {}}
+    out = io.StringIO()
+    monkeypatch.setattr(cli, "console", rich.console.Console(file=out, width=300))
+    monkeypatch.setattr(report, "_load", lambda run_dir: (data, [], info))
+    cli._show_table(Path("runs/p"), searched=True)
+    assert ("no trial yet: the set-up (benchmarks, the base model, the space) took the budget; it is kept, so a rerun "
+            "with a larger --budget spends it on trials") in out.getvalue()
+    assert "no trial yet: `sro search` on the project runs them" in "\n".join(_shown(monkeypatch, 300, data, [], info))
