@@ -443,6 +443,9 @@ def export(
     doc = {"project": data, "recipe": r.recipe.to_dict(), "scores": r.scores, "trial": r.number, "state": r.state}
     if r.state != "complete":  # its scores are a partial training's, or none (a pruned, stopped or failed trial)
         doc["message"] = (r.message or "").splitlines()[0] if r.message else r.state
+        # on stderr: stdout is the file (a review, stop 58: an interrupted trial was exported without a word)
+        err_console.print(f"note: trial {r.number} is not complete ({r.state}): the file holds its recipe and "
+                          + ("the scores of its partial training" if r.scores else "no scores"), highlight=False)
     text = yaml_strict.safe_dump(doc, sort_keys=False)
     if out:
         if out.is_dir():

@@ -957,7 +957,9 @@ def test_show_says_why_a_trial_failed_and_train_notes_a_failed_trials_recipe(mic
     assert r.exit_code == 0 and "trial 1 failed: CUDA out of memory at step 3 [/dev/x]" in r.stdout, r.output[-2000:]
     assert "Traceback" not in r.stdout
     out = tmp_path / "failed.yaml"
-    assert run_here("export", str(run_dir), "--trial", "1", "--out", str(out)).exit_code == 0
+    r = run_here("export", str(run_dir), "--trial", "1", "--out", str(out))
+    assert r.exit_code == 0 and "note: trial 1 is not complete (failed): the file holds its recipe and no scores" in r.stderr
+    assert "note:" not in run_here("export", str(run_dir), "--trial", "0").stderr  # a complete one: nothing to say
 
     def prepare(*a, **k):  # stop where the base model would be built
         raise ConfigError("stopped before the base model")
