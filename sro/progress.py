@@ -10,9 +10,9 @@ model ...", a spinner on a terminal) is a line there too.
 from __future__ import annotations
 
 import time
-from numbers import Integral
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
+from numbers import Integral
 from typing import Any
 
 from rich.console import Console

@@ -177,11 +177,12 @@ def _check_fixed(space: RecipeSpace, project: ProjectConfig, run_dir: Path, shar
     # refused whatever else is drawn (an unknown algorithm `ppo`, proximal_kl in an agent project, `steps` from
     # 0) failed every trial that drew it (a bound: a review, stop 58)
     for i, p in enumerate(space.params):
-        ends = ([(c, p.to_unit(c), f"params.{p.name}.choices", f"; remove {c!r} from that list")
-                 for c in p.choices or []] if p.kind == "categorical" else
-                [(v, u, f"params.{p.name}.{side}", f"; move {side} to a value the trainer takes")
-                 for v, u, side in ((p.low, 0.0, "low"), (p.high, 1.0, "high"))] if p.kind in ("float", "int") else [])
-        for _, at, key, fix in ends:
+        if p.kind == "categorical":  # (the point in the unit cube, the key to name, the fix)
+            ends = [(p.to_unit(c), f"params.{p.name}.choices", f"; remove {c!r} from that list") for c in p.choices or []]
+        else:  # a bool's two values are the trainer's to take
+            ends = [(u, f"params.{p.name}.{side}", f"; move {side} to a value the trainer takes")
+                    for u, side in ((0.0, "low"), (1.0, "high"))] if p.kind in ("float", "int") else []
+        for at, key, fix in ends:
             u = np.full(space.dim, 0.5)
             u[i] = at
             try:
