@@ -357,9 +357,9 @@ def test_a_jsonl_file_that_is_source_and_benchmark_is_split_not_trained_on(micro
     path = micro_project("split")
     text = path.read_text()
     src = text[text.index("    sources:"):text.index("    benchmarks:")]
+    bench = text[text.index("      - name: add"):text.index("        size: 24")]  # a jsonl takes no config (stop 58)
     path.write_text(text.replace(src, f"    sources:\n      - jsonl: {qa}\n").replace(
-        "      - name: add\n        reasoning_gym: basic_arithmetic", f"      - name: add\n        jsonl: {qa}"
-    ).replace("        size: 24\n", "        size: 10\n"))
+        bench, f"      - name: add\n        jsonl: {qa}\n").replace("        size: 24\n", "        size: 10\n"))
     ctx = ex.SearchContext.prepare(load_project(path), tmp_path / "cache", log=lambda s: None)
     held = ctx.benchmarks["arithmetic/add"].questions()
     from trainers.mixture import Mixture
