@@ -289,11 +289,15 @@ def _wide(t: Table, con: Console) -> bool:
     return _over(t, con) > 0
 
 
+PIECES = re.compile(r"[^/_.\- ]*[/_.\- ]?")
+"""A header's pieces: each ends after a `/`, `_`, `.`, `-` or space, where a line may break (`_at_marks`)."""
+
+
 def _at_marks(text: str, width: int) -> list[str]:
     """`text`'s lines at most `width` wide where breaking after a `/`, `_`, `.`, `-` or space can make them so: a
     benchmark's name `multiplication/mult_heldout` as `multiplication/` over `mult_heldout`, its words whole."""
     lines = [""]
-    for piece in re.findall(r"[^/_.\- ]*[/_.\- ]?", text)[:-1]:  # findall ends with an empty match
+    for piece in PIECES.findall(text)[:-1]:  # findall ends with an empty match
         if lines[-1] and len(lines[-1]) + len(piece.rstrip()) > width:
             lines[-1] = lines[-1].rstrip()
             lines.append("")
@@ -308,8 +312,8 @@ def _narrow(t: Table, con: Console) -> None:
     in a table that fitted with one header folded: a walkthrough, stop 54), at most down to their numbers' width:
     first by breaking a header after a `/`, `_`, `.`, `-` or space; where that is not enough, by folding it
     mid-word (`multi/plica/tion` at 80 columns was a fold where a break after the slash fitted: a review, stop
-    57), after the cells have lost their padding. Last, the text columns split their words rather than the
-    table lose its edge."""
+    57), after the cells have lost their padding. The text columns keep their longest word (`min_width`) until
+    last, when they split their words rather than the table lose its edge."""
     cols = [c for c in t.columns if c.no_wrap]
     floor = {id(c): max(len(str(cell)) for cell in (*c.cells, "1234")) for c in cols}  # a header: 4 characters a line
 
@@ -320,7 +324,11 @@ def _narrow(t: Table, con: Console) -> None:
         return c.max_width if c.max_width is not None else longest(str(c.header).splitlines())
 
     def whole(c) -> int:  # as narrow as its header gets with its words whole
-        return max(floor[id(c)], longest(re.findall(r"[^/_.\- ]*[/_.\-]?", str(c.header))))
+        return max(floor[id(c)], longest([piece.rstrip() for piece in PIECES.findall(str(c.header))]))
+
+    for c in t.columns:  # a text column keeps its words whole: rich shrank the state first, `interrupt/ed` at 80
+        if not c.no_wrap and c.min_width is None:
+            c.min_width = max((len(w) for cell in (c.header, *c.cells) for w in str(cell).split()), default=0) or None
 
     while (over := _over(t, con)) and (breakable := [c for c in cols if whole(c) < width(c)]):
         c = max(breakable, key=lambda c: width(c) - whole(c))
@@ -370,8 +378,6 @@ def _show_table(run_dir: Path, searched: bool = False) -> None:
         t.add_row(str(r.number), state, *[f"{r.scores[k]:.3f}" if k in r.scores else "-" for k in keys + others],
                   f"{r.cost.get('wall_s', 0):.0f}", "*" if r.number in front else "", "✔" if beats else "",
                   style="green" if beats else None)
-    # its words whole: the fit shrank the state before a header with a space, `interrupt/ed` at 80 columns
-    t.columns[1].min_width = max(len(w) for c in ("state", *t.columns[1].cells) for w in str(c).split())
     _narrow(t, console)
     console.print(t)
     if not records:  # after a search, its own command was the hint (`--budget 1s`; a review, stop 58)
