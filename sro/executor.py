@@ -156,7 +156,8 @@ class SearchContext:
                     "small problem space); `decontaminate: true` excludes them from training")
         for dname, dom in project.domains.items():  # a calibration metric graded a question never pre-trained
             graded = [b for b in dom.benchmarks if b.metric in CONFIDENCE_METRICS]
-            if graded and project.base_model == "tiny" and not any(getattr(t, "confidence", False) for t in tasks[dname]):
+            asked = any(getattr(t, "confidence", False) for t in tasks[dname])
+            if graded and project.base_model == "tiny" and not asked:
                 log(f"{dname}/{graded[0].name}: its {graded[0].metric} grades the agent's stated confidence, but no "
                     f"source of {dname} sets `confidence: true` in its config, so the base model's pre-training "
                     "never asks the question; add it to a source's config (docs/agent.md, \"Calibration as an "
@@ -609,7 +610,7 @@ def run_multi_turn_trial(recipe: Recipe, ctx: SearchContext, cfg: GRPOConfig, mo
         # front), so a broken environment spent the whole budget (a review, stop 57); failed, the repeated-failure
         # guard stops the search
         raise EnvironmentFailed(f"every training episode ({trainer.episodes}) ended by an environment error, e.g. "
-                          f"{trainer.failures[0]}; fix the environment (a plugin's adapter, the game files)")
+                                f"{trainer.failures[0]}; fix the environment (a plugin's adapter, the game files)")
     cost = _trial_cost(trainer, model, t0)
 
     # the failure clock, as in a single-turn trial (until stop 53 only a non-finite loss failed an agent's trial)

@@ -296,14 +296,14 @@ class Ledger:
             except STORAGE_ERRORS as e:  # Optuna wraps some of SQLAlchemy's in its StorageInternalError
                 if file is not None and storage_failure(e, url).startswith(f"{file} is damaged"):
                     raise ConfigError(storage_failure(e, url)) from None  # was a traceback (a review, stop 37)
-                if create and file is not None and "readonly database" in str(e) + cause(e):  # was 7 s of retries,
-                    raise ConfigError(  # then "check `storage:`" for a project without one (a review, stop 58)
+                readonly = file is not None and "readonly database" in str(e) + cause(e)
+                if create and readonly:  # was 7 s of retries, then "check `storage:`" for a project without one
+                    raise ConfigError(  # (a review, stop 58)
                         f"{file}: the study cannot be written here (SQLite: attempt to write a readonly database): "
                         "the file, or its folder, where SQLite writes its journal, is read-only; make both writable, "
                         "or copy the run folder somewhere writable and search there (`sro show` and `sro report` "
                         "read it as it is)") from None
-                if not create and file is not None and "readonly database" in str(e) + cause(e) \
-                        and _journal(file.resolve()).is_file():
+                if not create and readonly and _journal(file.resolve()).is_file():
                     raise ConfigError(
                         f"{file}: a search killed while writing left a half-written change in "
                         f"{_journal(file.resolve()).name}, and a read-only open cannot roll it back (the study or "

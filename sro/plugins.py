@@ -61,11 +61,12 @@ def plugin_digests(entries: list[str]) -> dict[str, str]:
     digests; a module without a file (a namespace package) is named with "no file"."""
     out = {}
     for entry in entries:
-        path: Path | None = Path(entry) if Path(entry).is_absolute() else None
-        if path is None:
+        path: Path | None = Path(entry)
+        if path.is_absolute():  # a file, as load_plugins stores one
+            name = path.name
+        else:  # a module, where its spec has a file
             spec = importlib.util.find_spec(entry)
-            path = Path(spec.origin) if spec is not None and spec.has_location and spec.origin else None
-        name = Path(entry).name if Path(entry).is_absolute() else entry
+            name, path = entry, Path(spec.origin) if spec is not None and spec.has_location and spec.origin else None
         out[name] = (hashlib.sha256(path.read_bytes()).hexdigest()[:16] if path is not None and path.is_file()
                      else "no file")
     return out

@@ -580,14 +580,15 @@ def run_search(project: ProjectConfig, budget: Budget, runs_root: str | Path = "
     base = ledger.get("base_scores")
     # the model's folder resolved: `--runs runs` and `--runs /abs/runs` name one model (scored again otherwise)
     where = str(Path(ctx.base_path).resolve()) if Path(ctx.base_path).exists() else ctx.base_path
-    before = Path(str(ledger.get("base_path") or "")).name
+    kept = ledger.get("base_path")
+    before = Path(str(kept or "")).name
     if project.base_model == "tiny" and before.startswith("tiny-") and before != Path(where).name and any(
-            r.scores for r in ledger.records()):  # an env plugin's games changed: rebuilt, silently (stop 58)
+            r.scores for r in history):  # an env plugin's games changed: rebuilt, silently (stop 58)
         console.print(f"[yellow]warning[/]: the base model was built anew ({before} → {Path(where).name}: its "
                       "pre-training items changed, e.g. an environment plugin's games, or SRO's pre-training); the "
                       "study's earlier trials were trained from the other one and are kept beside the new ones: "
                       "search under a new `name:` to compare like with like", highlight=False, soft_wrap=True)
-    if base is None or ledger.get("base_path") != where:
+    if base is None or kept != where:
         with status_for(console)("scoring the base model on the held-out benchmarks ..."):
             base = ctx.score_base(warn=lambda m: console.print(f"[yellow]{escape(m)}[/]", highlight=False))
         ledger.put("base_scores", base)

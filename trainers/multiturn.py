@@ -494,6 +494,7 @@ def multi_turn_config(algorithm: str, base: GRPOConfig, values: dict) -> MultiTu
     episodes are played. A value of the wrong type or out of range is a `RecipeValueError` naming its
     recipe key (`proas.n_min=2.5 must be a whole number`, `mt.history must be >= 0 (got -1)`)."""
     check_regime(algorithm, "multi_turn")  # e.g. proximal_kl: one pass over fresh episodes is plain REINFORCE to it
+
     def key(field: str) -> str:  # the recipe key that set it: `eps` sets both clip ends
         return "eps" if field.startswith("eps_") and field not in values and "eps" in values else field
 
